@@ -1,0 +1,103 @@
+# llmfleet: the two commands (`make demo`, `make test`) and their parts.
+# Everything is installed into the checkout (.venv/, .cache/), cached after the
+# first run; the only system changes are apt packages (scripts/host-setup.sh).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT := $(CURDIR)
+PYTHON ?= python3.11
+VENV := $(ROOT)/.venv
+CACHE := $(ROOT)/.cache
+STAMP := $(VENV)/.requirements-$(shell sha256sum requirements.txt | cut -c1-12)
+DEMO_INVENTORY ?= inventories/demo
+SCENARIO ?=
+
+export PATH := $(VENV)/bin:$(PATH)
+export CACHE
+export CONTAINERS_CONF := $(CACHE)/podman/containers.conf
+export CONTAINERS_STORAGE_CONF := $(CACHE)/podman/storage.conf
+export ANSIBLE_COLLECTIONS_PATH := $(CACHE)/collections
+export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
+export GGML_NO_BACKTRACE := 1
+export PY_COLORS := 0
+export ANSIBLE_FORCE_COLOR := 0
+export ANSIBLE_NOCOLOR := 1
+export NO_COLOR := 1
+
+.PHONY: help venv link host-setup images test-artifacts lint unit docs-check manifests \
+        build-check molecule test demo demo-down requirements clean
+
+help:
+	@echo "make demo       bring up the demo fleet and serve a model split across it"
+	@echo "make demo-down  remove the demo fleet"
+	@echo "make test       every check: lint, unit, docs, manifests, build, molecule"
+	@echo "parts: make lint | unit | docs-check | manifests | build-check | molecule [SCENARIO=name]"
+	@echo "       make test-artifacts | images | venv"
+
+$(STAMP): requirements.txt
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r requirements.txt
+	@rm -f $(VENV)/.requirements-* && touch $@
+
+venv: $(STAMP)
+
+# The checkout is the collection: link it where ansible looks for llmfleet.cluster.
+link:
+	@mkdir -p $(CACHE)/collections/ansible_collections/llmfleet
+	@ln -sfn $(ROOT) $(CACHE)/collections/ansible_collections/llmfleet/cluster
+
+host-setup:
+	@bash scripts/host-setup.sh
+
+images: host-setup
+	@bash scripts/build-host-image.sh
+
+test-artifacts: venv
+	@PY=$(VENV)/bin/python bash scripts/test-artifacts.sh
+
+lint: venv link
+	yamllint -s .
+	ruff check .
+	ruff format --check .
+	ansible-lint --offline --profile production -q
+
+unit: venv link
+	pytest -q tests/unit
+
+docs-check: venv link
+	@bash scripts/check-plugin-docs.sh
+
+manifests: venv link
+	pytest -q tests/manifests
+
+build-check: venv
+	pytest -q tests/build
+
+molecule: venv link images test-artifacts
+	@bash scripts/run-molecule.sh $(SCENARIO)
+
+test: venv link host-setup
+	$(MAKE) lint
+	$(MAKE) unit
+	$(MAKE) docs-check
+	$(MAKE) manifests
+	$(MAKE) build-check
+	$(MAKE) molecule
+	@echo "make test: all checks passed"
+
+demo: venv link images test-artifacts
+	@bash scripts/demo.sh up $(DEMO_INVENTORY)
+
+demo-down: venv link
+	@bash scripts/demo.sh down $(DEMO_INVENTORY)
+
+# Regenerate the fully pinned requirements.txt from requirements.in.
+requirements:
+	rm -rf $(CACHE)/req-venv && $(PYTHON) -m venv $(CACHE)/req-venv
+	$(CACHE)/req-venv/bin/pip install -q -r requirements.in
+	$(CACHE)/req-venv/bin/pip freeze --exclude-editable | grep -v '^pip==' > requirements.txt
+
+clean:
+	rm -rf build tests/output .pytest_cache .ruff_cache

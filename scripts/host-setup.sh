@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Install what `make test` / `make demo` need on a fresh Debian/Ubuntu machine
+# (as root) and write the podman configuration this kind of machine needs
+# (see docs/testing.md). Idempotent; does nothing on a second run.
+set -euo pipefail
+CACHE=${CACHE:-$(cd "$(dirname "$0")/.." && pwd)/.cache}
+PKGS=(podman runc crun fuse-overlayfs slirp4netns uidmap debootstrap containernetworking-plugins
+      iptables netavark aardvark-dns cmake ninja-build g++ make curl ca-certificates python3-venv)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "host-setup: missing packages ${missing[*]}; run as root or install them" >&2; exit 1
+  fi
+  echo "host-setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+mkdir -p "$CACHE/podman/storage" "$CACHE/podman/run"
+# Podman's defaults fail on this kind of machine: rlimits above what root may
+# set, crun refusing hybrid cgroups. These settings work with v1, hybrid and v2.
+cat > "$CACHE/podman/containers.conf.new" <<CONF
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+[network]
+network_backend = "netavark"
+CONF
+cat > "$CACHE/podman/storage.conf.new" <<CONF
+[storage]
+driver = "overlay"
+graphroot = "$CACHE/podman/storage"
+runroot = "$CACHE/podman/run"
+CONF
+for f in containers.conf storage.conf; do
+  if cmp -s "$CACHE/podman/$f.new" "$CACHE/podman/$f"; then rm "$CACHE/podman/$f.new"
+  else mv "$CACHE/podman/$f.new" "$CACHE/podman/$f"; fi
+done

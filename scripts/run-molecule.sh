@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Run every molecule scenario (or the ones named) with the full test sequence.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scenarios=("$@")
+if ((${#scenarios[@]} == 0)); then
+  for d in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$d")")"); done
+fi
+rc=0; summary=()
+for s in "${scenarios[@]}"; do
+  start=$(date +%s)
+  if molecule test -s "$s"; then result=passed; else result=FAILED; rc=1; fi
+  summary+=("$(printf '%-20s %-7s %4ss' "$s" "$result" "$(( $(date +%s) - start ))")")
+done
+printf 'molecule: %s\n' "${summary[@]}"
+exit $rc
