@@ -1,0 +1,179 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: host_facts
+short_description: Probe what a host can serve an LLM with (ISA, usable memory, accelerators, backends)
+version_added: 0.1.0
+description:
+  - Reads C(/proc), C(/sys) and C(/etc) under O(root) and returns the C(llmfleet_host) fact
+    used by the placement planner.
+  - Unlike Ansible's own facts it reports the CPU feature flags normalised across x86 and ARM,
+    C(MemAvailable) rather than free memory, and the binding cgroup v1 or v2 memory limit, so
+    a container or a systemd slice with C(MemoryMax) reports what a model may really take.
+  - Decides which llama.cpp build (release asset flavour or C(source)) and which vLLM CPU verdict
+    fit the host.
+  - Read-only. With O(given) it reads nothing and only checks and summarises an inventory-supplied
+    fact (what-if planning for hardware you do not have yet).
+author:
+  - llmfleet developers
+options:
+  root:
+    description:
+      - Directory under which C(/proc), C(/sys), C(/etc) and C(/lib) are read.
+      - Point it at a recorded machine tree to replay a machine (tests, bug reports).
+    type: path
+    default: /
+  disk_path:
+    description:
+      - Path (relative to O(root)) whose filesystem's free space is reported as C(disk_free_mib).
+      - When the path does not exist yet its nearest existing parent is used.
+    type: str
+    default: /
+  min_glibc:
+    description:
+      - The oldest glibc the llama.cpp release binaries run on (they are built on Ubuntu 22.04).
+    type: str
+    default: "2.35"
+  given:
+    description:
+      - An inventory-supplied C(llmfleet_host) to check and summarise instead of probing.
+      - It must carry at least C(arch), C(cpus), C(memory.usable_mib), C(backends.llama_cpp.status)
+        and C(backends.vllm_cpu.status). No fact is set; the inventory variable is used as it is.
+    type: dict
+attributes:
+  check_mode:
+    support: full
+    description: The module never changes anything; it runs the same way in check mode.
+  diff_mode:
+    support: none
+  facts:
+    support: full
+notes:
+  - Memory values are MiB, rounded down. C(usable_mib) is the least of C(MemAvailable) and the
+    cgroup limit minus the cgroup usage, taken at the level of the cgroup hierarchy with the least room.
+  - cgroup v1 counts page cache in C(memory.usage_in_bytes), so C(usable_mib) is conservative there.
+seealso:
+  - name: The probe documentation
+    description: docs/probe.md in the collection.
+    link: https://example.invalid/llmfleet/cluster/docs/probe.md
+"""
+
+EXAMPLES = r"""
+- name: Probe the host
+  llmfleet.cluster.host_facts:
+
+- name: Replay a recorded machine
+  llmfleet.cluster.host_facts:
+    root: tests/fixtures/hosts/graviton3
+  delegate_to: localhost
+
+- name: Check a what-if host from the inventory
+  llmfleet.cluster.host_facts:
+    given: "{{ llmfleet_host }}"
+  delegate_to: localhost
+
+- name: Show what the probe found
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.llmfleet_host.memory.usable_mib }} MiB usable"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts to add to ansible_facts (not set when O(given) is used).
+  returned: success and O(given) is not set
+  type: dict
+  contains:
+    llmfleet_host:
+      description:
+        - The host fact. Keys include C(hostname), C(addresses) (interface -> IPv4 list),
+          C(default_ipv4), C(arch) (uname style, of the userland), C(kernel_arch), C(kube_arch),
+          C(machine), C(cpu_model), C(cpu_bogomips), C(isa), C(cpus), C(cpus_online), C(cpu_quota),
+          C(numa_nodes), C(memory) (C(total_mib), C(available_mib), C(cgroup_version),
+          C(cgroup_limit_mib), C(cgroup_usage_mib), C(usable_mib)), C(accelerators), C(libc),
+          C(glibc), C(os) (C(id), C(version), C(name)), C(disk_path), C(disk_free_mib) and
+          C(backends) (C(llama_cpp) with C(status), C(flavour), C(flavours), C(reason);
+          C(vllm_cpu) with C(status), C(image_arch), C(reason)).
+        - See docs/probe.md for the full shape and an example.
+      type: dict
+      returned: always
+      sample:
+        arch: x86_64
+        kube_arch: amd64
+        isa: [avx, avx2, f16c, fma]
+        cpus: 2
+        memory: {total_mib: 24000, available_mib: 20000, cgroup_version: 1,
+                 cgroup_limit_mib: 512, cgroup_usage_mib: 31, usable_mib: 481}
+        backends:
+          llama_cpp: {status: release, flavour: ubuntu-x64}
+          vllm_cpu: {status: limited, image_arch: x86_64}
+llmfleet_host:
+  description: The probed fact, or the given one when O(given) is used.
+  returned: success
+  type: dict
+summary:
+  description: One line describing the host (without its inventory name).
+  returned: success
+  type: str
+  sample: "x86_64  2 cpus  usable 481 MiB (cgroup 512)  isa avx,avx2,f16c,fma  llama_cpp=ubuntu-x64  vllm_cpu=limited"
+runnable:
+  description: The backends whose verdict is not C(unsupported) (C(llama_cpp), C(vllm_cpu)).
+  returned: success
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llmfleet.cluster.plugins.module_utils.hostinfo import (
+    HostInfoError,
+    check_given,
+    probe,
+    runnable_backends,
+    summary,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            root=dict(type="path", default="/"),
+            disk_path=dict(type="str", default="/"),
+            min_glibc=dict(type="str", default="2.35"),
+            given=dict(type="dict"),
+        ),
+        supports_check_mode=True,
+    )
+    given = module.params["given"]
+    if given is not None:
+        problems = check_given(given)
+        if problems:
+            module.fail_json(msg="the inventory's llmfleet_host is not a probe fact: " + "; ".join(problems))
+        module.exit_json(
+            changed=False, llmfleet_host=given, summary=summary(given), runnable=runnable_backends(given)
+        )
+    try:
+        fact = probe(
+            root=module.params["root"],
+            disk_path=module.params["disk_path"],
+            min_glibc=module.params["min_glibc"],
+        )
+    except HostInfoError as err:
+        module.fail_json(msg=str(err))
+    module.exit_json(
+        changed=False,
+        ansible_facts={"llmfleet_host": fact},
+        llmfleet_host=fact,
+        summary=summary(fact),
+        runnable=runnable_backends(fact),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""llmfleet.cluster.host_facts: the thin module over module_utils/hostinfo.py, run in-process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.llmfleet.cluster.plugins.modules import host_facts
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "hosts"
+
+
+def run(capsys: pytest.CaptureFixture, **args: object) -> tuple[int, dict]:
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        host_facts.main()
+    return int(exc.value.code or 0), json.loads(capsys.readouterr().out)
+
+
+def test_replays_a_recorded_machine_and_sets_the_fact(capsys: pytest.CaptureFixture) -> None:
+    code, result = run(capsys, root=str(FIXTURES / "docker-v1"))
+    assert code == 0
+    assert result["changed"] is False
+    fact = result["ansible_facts"]["llmfleet_host"]
+    assert fact == result["llmfleet_host"]
+    assert fact["memory"]["cgroup_limit_mib"] == 2048
+    assert fact["memory"]["usable_mib"] == 2048 - 300
+    assert result["summary"].startswith("x86_64  2 cpus  usable 1748 MiB (cgroup 2048)")
+    assert result["runnable"] == ["llama_cpp", "vllm_cpu"]
+
+
+def test_check_mode_probes_the_same_way(capsys: pytest.CaptureFixture) -> None:
+    code, result = run(capsys, root=str(FIXTURES / "graviton3"), _ansible_check_mode=True)
+    assert code == 0 and result["changed"] is False
+    assert result["ansible_facts"]["llmfleet_host"]["backends"]["vllm_cpu"]["status"] == "supported"
+
+
+def test_min_glibc_option_changes_the_verdict(capsys: pytest.CaptureFixture) -> None:
+    _, result = run(capsys, root=str(FIXTURES / "graviton2"), min_glibc="2.34")
+    assert result["llmfleet_host"]["backends"]["llama_cpp"]["flavour"] == "ubuntu-arm64"
+
+
+def test_a_malformed_file_fails_naming_it(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    root = tmp_path / "pi"
+    shutil.copytree(FIXTURES / "rpi5", root, symlinks=True)
+    (root / "proc/meminfo").write_text("MemTotal: 8000000 kB\nMemAvailable: lots kB\n")
+    code, result = run(capsys, root=str(root))
+    assert code == 1 and result["failed"] is True
+    assert result["msg"] == f"cannot parse {root}/proc/meminfo: line 2 'MemAvailable: lots kB'"
+    assert "ansible_facts" not in result
+
+
+def test_given_fact_is_checked_not_probed(capsys: pytest.CaptureFixture) -> None:
+    given = {
+        "arch": "aarch64",
+        "cpus": 8,
+        "isa": ["bf16", "neon"],
+        "memory": {"usable_mib": 30000},
+        "backends": {
+            "llama_cpp": {"status": "release", "flavour": "ubuntu-arm64"},
+            "vllm_cpu": {"status": "supported"},
+        },
+    }
+    code, result = run(capsys, given=given, root="/nonexistent")
+    assert code == 0
+    assert "ansible_facts" not in result  # the inventory variable is used as it is
+    assert result["llmfleet_host"] == given
+    assert result["summary"] == (
+        "aarch64  8 cpus  usable 30000 MiB (given)  isa bf16,neon  llama_cpp=ubuntu-arm64  vllm_cpu=supported"
+    )
+
+
+def test_a_given_fact_of_the_wrong_shape_fails(capsys: pytest.CaptureFixture) -> None:
+    code, result = run(capsys, given={"arch": "x86_64", "cpus": 4})
+    assert code == 1
+    assert result["msg"].startswith("the inventory's llmfleet_host is not a probe fact: ")
+    assert "llmfleet_host.memory.usable_mib is missing" in result["msg"]
+
+
+def test_documentation_matches_the_argument_spec() -> None:
+    import yaml
+
+    doc = yaml.safe_load(host_facts.DOCUMENTATION)
+    assert set(doc["options"]) == {"root", "disk_path", "min_glibc", "given"}
+    yaml.safe_load(host_facts.EXAMPLES)
+    assert set(yaml.safe_load(host_facts.RETURN)) == {"ansible_facts", "llmfleet_host", "summary", "runnable"}
