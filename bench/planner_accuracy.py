@@ -1,0 +1,469 @@
+#!/usr/bin/env python3
+"""Planner accuracy and capacity against llama.cpp itself (real processes on loopback).
+
+For every case it plans a fleet with llmfleet.cluster's placement math, starts one
+ggml-rpc-server per worker on 127.0.0.1 (each in its own cgroup v1 memory group capped at the
+worker's usable MiB when the machine allows it), starts llama-server with the plan's exact
+arguments and ``-lv 4``, sends one completion, and compares per host:
+
+- predicted: the plan's ``predicted_mib.total`` (weights + KV + compute + process + loading peak);
+- actual (the worst case the host reaches): the larger of what llama.cpp reports it allocated
+  there (model + KV + compute buffers, from the ``-lv 4`` report keyed by host:port) plus the
+  process at rest before loading, and the peak memory of the worker's cgroup (or VmHWM) over
+  loading and the request.
+
+Goal per worker: prediction >= 95% of actual, and <= actual x 1.15 + 16 MiB.
+
+Then the capacity demo: Gemma 3 270M on three capped workers, llama.cpp's default split (which
+follows each worker's total RAM and puts the output layer on the last one) against the plan's.
+
+    python bench/planner_accuracy.py [--models DIR] [--bin DIR] [--only NAME] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.environ.get("CACHE", os.path.join(ROOT, ".cache")), "collections"))
+
+import contextlib
+
+from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
+from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import (
+    PlacementError,
+    make_plan,
+)
+
+MIB = 1024 * 1024
+BUF_RE = re.compile(r"(RPC\d+)\[([^\]]+)\]\s+(model|KV|compute) buffer size =\s+([\d.]+) MiB")
+CPU_RE = re.compile(r"\s(CPU(?:_Mapped)?|CPU_REPACK)\s+(model|KV|compute) buffer size =\s+([\d.]+) MiB")
+BASE_PORT = 50400
+SERVER_PORT = 18480
+
+CASES = [
+    # name, model file, worker usable MiB (in --rpc candidate order), options
+    ("tiny-8L x3", "tiny-llama-8L.gguf", [96, 96, 96], {"context": 2048, "min_workers": 3}),
+    ("tiny-13L-q8 x2", "tiny-llama-13L.gguf", [96, 96], {"context": 4096, "min_workers": 2}),
+    ("tiny-tied-6L x2", "tiny-llama-tied-6L.gguf", [80, 80], {"context": 4096, "min_workers": 2}),
+    ("tiny-bigvocab-4L x2", "tiny-llama-bigvocab-4L.gguf", [80, 80], {"context": 2048, "min_workers": 2}),
+    ("gemma3-270m x3", "gemma-3-270m-Q4_K_M.gguf", [200, 200, 450], {"context": 4096, "min_workers": 3}),
+    (
+        "gemma3-270m x2 np2",
+        "gemma-3-270m-Q4_K_M.gguf",
+        [160, 480],
+        {"context": 8192, "parallel": 2, "min_workers": 2},
+    ),
+]
+
+
+class Cgroups:
+    """cgroup v1 memory groups nested under this process's own group (none when unavailable)."""
+
+    def __init__(self) -> None:
+        self.base = None
+        try:
+            with open("/proc/self/cgroup", encoding="utf-8") as handle:
+                for line in handle:
+                    _, ctrl, path = line.strip().split(":", 2)
+                    if "memory" in ctrl.split(","):
+                        cand = "/sys/fs/cgroup/memory" + path
+                        test = os.path.join(cand, f"llmfleet-bench-{os.getpid()}")
+                        os.mkdir(test)
+                        self.base = test
+        except OSError:
+            self.base = None
+
+    def make(self, name: str, limit_mib: int) -> str | None:
+        if not self.base:
+            return None
+        path = os.path.join(self.base, name)
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "memory.limit_in_bytes"), "w", encoding="utf-8") as handle:
+            handle.write(str(limit_mib * MIB))
+        with open(os.path.join(path, "memory.max_usage_in_bytes"), "w", encoding="utf-8") as handle:
+            handle.write("0")
+        try:
+            with open(os.path.join(path, "memory.memsw.limit_in_bytes"), "w", encoding="utf-8") as handle:
+                handle.write(str(limit_mib * MIB))
+        except OSError:
+            pass
+        return path
+
+    @staticmethod
+    def peak_mib(path: str | None) -> float | None:
+        if not path:
+            return None
+        with open(os.path.join(path, "memory.max_usage_in_bytes"), encoding="utf-8") as handle:
+            return int(handle.read()) / MIB
+
+    @staticmethod
+    def oom_killed(path: str | None) -> bool:
+        if not path:
+            return False
+        with open(os.path.join(path, "memory.oom_control"), encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("oom_kill ") and int(line.split()[1]) > 0:
+                    return True
+        return False
+
+    def cleanup(self) -> None:
+        if not self.base:
+            return
+        for name in os.listdir(self.base):
+            sub = os.path.join(self.base, name)
+            if os.path.isdir(sub):
+                with contextlib.suppress(OSError):
+                    os.rmdir(sub)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.base)
+
+
+def status_kib(pid: int, key: str) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def start(cmd: list[str], log: str, cgroup: str | None) -> subprocess.Popen:
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    out = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed with the process
+    if cgroup:
+        wrapped = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, *cmd]
+        return subprocess.Popen(wrapped, stdout=out, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_health(port: int, proc: subprocess.Popen, timeout: float = 120.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def complete(port: int) -> str:
+    body = json.dumps({"prompt": "The capital of France is", "n_predict": 16, "temperature": 0}).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/completion", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return json.loads(resp.read()).get("content", "")
+
+
+def parse_report(text: str) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    per: dict[str, dict[str, float]] = {}
+    for _dev, endpoint, kind, mib in BUF_RE.findall(text):
+        slot = per.setdefault(endpoint, {"model": 0.0, "KV": 0.0, "compute": 0.0})
+        slot[kind] += float(mib)
+    cpu = {"model": 0.0, "KV": 0.0, "compute": 0.0}
+    for _name, kind, mib in CPU_RE.findall(text):
+        cpu[kind] += float(mib)
+    return per, cpu
+
+
+def run_fleet(
+    binary: str, model_path: str, usable: list[int], args: list[str], tag: str, cg: Cgroups, tmp: str
+):
+    """Start the workers (capped) and llama-server with ``args``; return measurements."""
+    workers = []
+    for i, cap in enumerate(usable):
+        port = BASE_PORT + i
+        group = cg.make(f"{tag}-w{i}", cap)
+        log = os.path.join(tmp, f"{tag}-w{i}.log")
+        proc = start(
+            [os.path.join(binary, "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)], log, group
+        )
+        workers.append({"port": port, "proc": proc, "cgroup": group, "cap": cap, "log": log})
+    time.sleep(1.0)
+    for w in workers:
+        pid = w["proc"].pid
+        w["idle_mib"] = status_kib(pid, "VmRSS") or 0.0
+    slog = os.path.join(tmp, f"{tag}-server.log")
+    head_group = cg.make(f"{tag}-head", 8192)
+    server = start(
+        [
+            os.path.join(binary, "llama-server"),
+            "-m",
+            model_path,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(SERVER_PORT),
+            "-lv",
+            "4",
+            *args,
+        ],
+        slog,
+        head_group,
+    )
+    ok = wait_health(SERVER_PORT, server)
+    text = ""
+    if ok:
+        try:
+            text = complete(SERVER_PORT)
+        except OSError as err:
+            ok = False
+            text = f"request failed: {err}"
+    server_hwm = status_kib(server.pid, "VmHWM")
+    for w in workers:
+        w["hwm_mib"] = status_kib(w["proc"].pid, "VmHWM")
+        w["alive"] = w["proc"].poll() is None
+    stop(server)
+    head_peak = Cgroups.peak_mib(head_group)
+    for w in workers:
+        w["peak_mib"] = Cgroups.peak_mib(w["cgroup"])
+        w["oom"] = Cgroups.oom_killed(w["cgroup"]) or not w["alive"]
+        stop(w["proc"])
+    with open(slog, encoding="utf-8", errors="replace") as handle:
+        report = handle.read()
+    per, cpu = parse_report(report)
+    return {
+        "ok": ok,
+        "text": text,
+        "workers": workers,
+        "per": per,
+        "cpu": cpu,
+        "server_hwm": server_hwm,
+        "head_peak": head_peak,
+        "log": report,
+    }
+
+
+def local_plan(layout: dict, model_file: str, usable: list[int], options: dict) -> dict:
+    head = {"name": "head", "usable_mib": 4096, "cpus": 2, "address": "127.0.0.1"}
+    workers = [
+        {
+            "name": f"w{i}",
+            "usable_mib": cap,
+            "cpus": 2,
+            "address": "127.0.0.1",
+            "port": BASE_PORT + i,
+            "reserve_mib": 0,
+        }
+        for i, cap in enumerate(usable)
+    ]
+    opts = {"head_layers": False, **options}
+    return make_plan(layout, {"name": model_file, "file": model_file}, head, workers, opts, reserve_mib=0)
+
+
+def accuracy(args: argparse.Namespace, cg: Cgroups, tmp: str, heads: list[dict]) -> list[dict]:
+    rows = []
+    for name, model_file, usable, options in CASES:
+        if args.only and args.only not in name:
+            continue
+        path = os.path.join(args.models, model_file)
+        if not os.path.exists(path):
+            print(f"skip {name}: {path} missing (make test-artifacts)")
+            continue
+        layout = read_layout(path).to_dict()
+        try:
+            plan = local_plan(layout, model_file, usable, options)
+        except PlacementError as err:
+            print(f"skip {name}: the plan refuses: {str(err).splitlines()[0]}")
+            continue
+        # cap each worker at its usable MiB plus a margin so that a prediction error shows as a
+        # number rather than as an OOM kill
+        caps = [u + 256 for u in usable]
+        res = run_fleet(args.bin, path, caps, plan["llama_server_args"], name.replace(" ", "_"), cg, tmp)
+        by_endpoint = {w["port"]: w for w in res["workers"]}
+        for h in plan["hosts"][1:]:
+            w = by_endpoint[h["port"]]
+            rep = res["per"].get(h["endpoint"], {"model": 0.0, "KV": 0.0, "compute": 0.0})
+            allocated = rep["model"] + rep["KV"] + rep["compute"] + w["idle_mib"]
+            peak = w["peak_mib"] if w["peak_mib"] is not None else (w["hwm_mib"] or 0.0)
+            actual = max(allocated, peak)
+            pred = h["predicted_mib"]["total"]
+            rows.append(
+                {
+                    "case": name,
+                    "host": h["name"],
+                    "layers": (
+                        (
+                            f"{h['layers'][0]}-{h['layers'][1] - 1}"
+                            if h["layers"][1] > h["layers"][0]
+                            else "none"
+                        )
+                        + (" + output" if h["output_layer"] else "")
+                    ),
+                    "pred": pred,
+                    "pred_weights": h["predicted_mib"]["weights"],
+                    "rep_model": rep["model"],
+                    "pred_kv": h["predicted_mib"]["kv"],
+                    "rep_kv": rep["KV"],
+                    "pred_compute": h["predicted_mib"]["compute"],
+                    "rep_compute": rep["compute"],
+                    "idle": w["idle_mib"],
+                    "peak": peak,
+                    "actual": actual,
+                    "ok": res["ok"],
+                    "within": actual * 0.95 <= pred <= actual * 1.15 + 16,
+                }
+            )
+        head = plan["hosts"][0]
+        cpu = res["cpu"]
+        head_alloc = cpu["model"] + cpu["KV"] + cpu["compute"]
+        heads.append(
+            {
+                "case": name,
+                "pred": head["predicted_mib"]["total"],
+                "pred_weights": head["predicted_mib"]["weights"],
+                "rep_model": cpu["model"],
+                "pred_compute": head["predicted_mib"]["compute"],
+                "rep_compute": cpu["compute"],
+                "allocated": head_alloc,
+                "hwm": res["server_hwm"] or 0.0,
+                "cgroup_peak": res["head_peak"] or 0.0,
+            }
+        )
+        print("{}: served={} text={!r}".format(name, res["ok"], res["text"][:40]), flush=True)
+    return rows
+
+
+def capacity(args: argparse.Namespace, cg: Cgroups, tmp: str) -> list[dict]:
+    """Gemma on workers capped 400 / 200 / 120 MiB in that --rpc order: default vs plan."""
+    path = os.path.join(args.models, "gemma-3-270m-Q4_K_M.gguf")
+    if not os.path.exists(path) or not cg.base:
+        print("skip capacity demo: needs the Gemma model and cgroup v1 memory groups")
+        return []
+    caps = [400, 200, 120]
+    layout = read_layout(path).to_dict()
+    plan = local_plan(layout, "gemma", caps, {"context": 4096, "min_workers": 3})
+    rpc_default = ",".join(f"127.0.0.1:{BASE_PORT + i}" for i in range(len(caps)))
+    out = []
+    for label, llama_args in (
+        ("llama.cpp default split", ["--rpc", rpc_default, "-ngl", "999", "-c", "4096", "-np", "1"]),
+        ("llmfleet plan", plan["llama_server_args"]),
+    ):
+        res = run_fleet(args.bin, path, caps, llama_args, label.split()[0], cg, tmp)
+        killed = [w["port"] for w in res["workers"] if w["oom"]]
+        out.append(
+            {
+                "run": label,
+                "args": " ".join(llama_args),
+                "served": res["ok"],
+                "text": res["text"][:60],
+                "oom_killed_ports": killed,
+                "peaks": [round(w["peak_mib"] or 0, 1) for w in res["workers"]],
+            }
+        )
+        print("{}: served={} oom={} peaks={}".format(label, res["ok"], killed, out[-1]["peaks"]), flush=True)
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    head = "| case | host | layers | predicted | actual | pred/actual | model pred/llama | KV pred/llama | compute pred/llama | process | peak | within goal |"
+    lines = [head, "|" + "---|" * 12]
+    for r in rows:
+        lines.append(
+            "| {} | {} | {} | {:.1f} | {:.1f} | {:.2f} | {:.1f} / {:.1f} | {:.1f} / {:.1f} | {:.1f} / {:.1f} | {:.1f} | {:.1f} | {} |".format(
+                r["case"],
+                r["host"],
+                r["layers"],
+                r["pred"],
+                r["actual"],
+                r["pred"] / r["actual"] if r["actual"] else 0,
+                r["pred_weights"],
+                r["rep_model"],
+                r["pred_kv"],
+                r["rep_kv"],
+                r["pred_compute"],
+                r["rep_compute"],
+                r["idle"],
+                r["peak"],
+                "yes" if r["within"] else "NO",
+            )
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    cache = os.environ.get("CACHE", os.path.join(ROOT, ".cache"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=os.path.join(cache, "models"))
+    parser.add_argument("--bin", default=os.path.join(cache, "llama.cpp", "bin"))
+    parser.add_argument("--only", default="")
+    parser.add_argument("--no-capacity", action="store_true")
+    parser.add_argument("--json", default="")
+    args = parser.parse_args()
+    cg = Cgroups()
+    print("cgroup v1 memory groups: %s" % (cg.base or "unavailable (peaks from VmHWM)"))
+    started = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as tmp:
+            heads: list[dict] = []
+            rows = accuracy(args, cg, tmp, heads)
+            cap = [] if args.no_capacity or args.only else capacity(args, cg, tmp)
+    finally:
+        cg.cleanup()
+    print()
+    print(table(rows))
+    if heads:
+        print()
+        print(
+            "| case | head predicted | llama.cpp CPU buffers | head cgroup peak | llama-server VmHWM | model pred/llama | compute pred/llama |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for h in heads:
+            print(
+                "| {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} / {:.1f} | {:.1f} / {:.1f} |".format(
+                    h["case"],
+                    h["pred"],
+                    h["allocated"],
+                    h["cgroup_peak"],
+                    h["hwm"],
+                    h["pred_weights"],
+                    h["rep_model"],
+                    h["pred_compute"],
+                    h["rep_compute"],
+                )
+            )
+    if cap:
+        print()
+        for c in cap:
+            print(
+                "- {}: served={}, OOM-killed workers={}, peak MiB per worker={}, `{}`".format(
+                    c["run"], c["served"], c["oom_killed_ports"], c["peaks"], c["args"]
+                )
+            )
+    within = sum(1 for r in rows if r["within"])
+    print(f"\n{within}/{len(rows)} worker predictions within the goal; {time.monotonic() - started:.0f} s")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"accuracy": rows, "heads": heads, "capacity": cap}, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: plan_hosts
+short_description: Placement hosts from the inventory and the probe facts
+version_added: 0.1.0
+description:
+  - For each host name, reads C(llmfleet_host) (the probe fact or the inventory's what-if value),
+    C(llmfleet_rpc_address) (default the probe's C(default_ipv4)), C(llmfleet_rpc_port)
+    (default O(port)), C(llmfleet_reserve_mib) and C(llmfleet_speed) from O(hostvars) and returns
+    the host dicts the M(llmfleet.cluster.gguf_layout) / P(llmfleet.cluster.plan_placement#filter) pair expects.
+options:
+  _input:
+    description: Inventory host names.
+    type: list
+    elements: str
+    required: true
+  hostvars:
+    description: Ansible's C(hostvars).
+    type: raw
+    required: true
+  port:
+    description: RPC port of hosts that set no C(llmfleet_rpc_port).
+    type: int
+    default: 50052
+"""
+
+EXAMPLES = r"""
+- name: Workers for the planner
+  ansible.builtin.debug:
+    msg: "{{ groups['llm_workers'] | llmfleet.cluster.plan_hosts(hostvars=hostvars) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: Dicts with C(name), C(usable_mib), C(cpus), C(address), C(port) and, when set, C(reserve_mib), C(speed).
+  type: list
+  elements: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import host_from_fact
+
+
+def _get(hv, key):
+    try:
+        value = hv[key]
+    except (KeyError, TypeError):
+        return None
+    return value
+
+
+def plan_hosts(names, hostvars, port=50052):
+    out = []
+    for name in names or []:
+        try:
+            hv = hostvars[name]
+        except KeyError as err:
+            raise AnsibleFilterError("plan_hosts: host %s is not in the inventory" % name) from err
+        try:
+            out.append(
+                host_from_fact(
+                    str(name),
+                    _get(hv, "llmfleet_host"),
+                    address=_get(hv, "llmfleet_rpc_address"),
+                    port=_get(hv, "llmfleet_rpc_port") or port,
+                    reserve_mib=_get(hv, "llmfleet_reserve_mib"),
+                    speed=_get(hv, "llmfleet_speed"),
+                )
+            )
+        except (TypeError, ValueError) as err:
+            raise AnsibleFilterError("plan_hosts: %s" % err) from err
+    return out
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"plan_hosts": plan_hosts}

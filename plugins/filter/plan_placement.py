@@ -1,0 +1,114 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: plan_placement
+short_description: The llmfleet plan for a model layout and a fleet
+version_added: 0.1.0
+description:
+  - Computes the placement of a GGUF model over the head and the candidate RPC workers with
+    the collection's placement math (plugins/module_utils/placement.py). It picks the fewest hosts that
+    fit, the head's RAM first, the output layer where there is room, the exact C(--rpc),
+    C(--tensor-split) and C(-ngl) arguments, the predicted MiB per host, a fallback for every
+    proper subset of the used workers and the vLLM pipeline partition.
+  - When the model does not fit, returns a dict with C(ok=false), the table and the MiB missing per host
+    instead of raising, so the calling role can show the table and fail before anything changes.
+  - See docs/plan-format.md and docs/planner.md.
+options:
+  _input:
+    description: The model layout, as returned by the M(llmfleet.cluster.gguf_layout) module (C(layout)).
+    type: dict
+    required: true
+  model:
+    description: The inventory's C(llmfleet_model) (C(name), C(file) or C(url), C(sha256)).
+    type: dict
+    required: true
+  head:
+    description: The head, a dict with C(name), C(usable_mib), C(cpus) and optionally C(address), C(reserve_mib).
+    type: dict
+    required: true
+  workers:
+    description: Candidate workers, dicts with C(name), C(usable_mib), C(cpus), C(address), C(port), optionally C(reserve_mib), C(speed).
+    type: list
+    elements: dict
+    default: []
+  options:
+    description:
+      - Placement options, C(context) (default 4096), C(parallel) (1), C(ubatch) (512),
+        C(cache_type_k) / C(cache_type_v) (f16), C(output_layer) (auto, worker or head),
+        C(link_mbit), C(head_layers) (true).
+    type: dict
+    default: {}
+  reserve_mib:
+    description: MiB kept free on every host that sets no C(reserve_mib) of its own.
+    type: float
+    default: 64
+  backend:
+    description: The backend recorded in the plan.
+    type: str
+    choices: [llama_cpp, vllm]
+    default: llama_cpp
+  target:
+    description: The deployment target recorded in the plan.
+    type: str
+    choices: [systemd, kubernetes, lws]
+    default: systemd
+"""
+
+EXAMPLES = r"""
+- name: Plan
+  ansible.builtin.set_fact:
+    plan: >-
+      {{ layout | llmfleet.cluster.plan_placement(model=llmfleet_model,
+         head={'name': 'head1', 'usable_mib': 1500, 'cpus': 2},
+         workers=[{'name': 'w1', 'usable_mib': 400, 'cpus': 2, 'address': '10.89.0.3'}],
+         options={'context': 4096}) }}
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - The plan (docs/plan-format.md), or, when the model does not fit, a dict with C(ok=false),
+      C(msg), C(table) (the best attempt's host rows), C(table_text) and C(missing) (MiB per host).
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import (
+    PlacementError,
+    make_plan,
+    render_table,
+)
+
+
+def plan_placement(
+    layout, model, head, workers=None, options=None, reserve_mib=64, backend="llama_cpp", target="systemd"
+):
+    if not isinstance(layout, dict):
+        raise AnsibleFilterError(
+            "plan_placement: the input must be a model layout dict, got %r" % type(layout)
+        )
+    try:
+        plan = make_plan(
+            layout, model, head, list(workers or []), dict(options or {}), float(reserve_mib), backend, target
+        )
+    except PlacementError as err:
+        return {
+            "ok": False,
+            "msg": str(err).split("\n", 1)[0],
+            "table": err.table,
+            "table_text": render_table(err.table) if err.table else "",
+            "missing": err.missing,
+        }
+    except (ValueError, TypeError) as err:
+        raise AnsibleFilterError("plan_placement: %s" % err) from err
+    return plan
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"plan_placement": plan_placement}

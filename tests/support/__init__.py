@@ -1,0 +1,1 @@
+"""Test-only helpers (HTTP mirror, GGUF generators, llama.cpp split emulation)."""

@@ -1,0 +1,50 @@
+"""The llmfleet.cluster.plan role end to end on a what-if inventory (no host is contacted)."""
+
+import json
+import os
+import subprocess
+
+import jsonschema
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CACHE = os.environ.get("CACHE", os.path.join(ROOT, ".cache"))
+GEMMA = os.path.join(CACHE, "models", "gemma-3-270m-Q4_K_M.gguf")
+INVENTORY = os.path.join(ROOT, "tests", "fixtures", "plan", "whatif.yml")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not os.path.exists(GEMMA), reason="make test-artifacts writes the Gemma model"),
+]
+
+
+def play(tmp_path, *extra):
+    env = dict(os.environ, LLMFLEET_TEST_MODEL=GEMMA, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", os.path.join(CACHE, "collections"))
+    cmd = ["ansible-playbook", os.path.join(ROOT, "playbooks", "plan.yml"), "-i", INVENTORY]
+    cmd += ["-e", f"llmfleet_output_dir={tmp_path}", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+def test_plan_writes_a_valid_plan_and_the_table(tmp_path):
+    result = play(tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    with open(os.path.join(ROOT, "docs", "plan.schema.json"), encoding="utf-8") as handle:
+        jsonschema.validate(plan, json.load(handle))
+    # w1 and w2 (160 MiB) cannot take the 170 MiB output layer; w3 (480 MiB, port 50053) can hold it all
+    assert plan["workers"] == ["w3"]
+    assert plan["rpc"] == "10.89.0.5:50053"
+    assert {u["name"] for u in plan["unused"]} == {"w1", "w2"}
+    assert plan["model"]["sha256"].startswith("a5fd3b62")
+    md = (tmp_path / "plan.md").read_text()
+    assert "| w3 | worker | 10.89.0.5:50053 | 0-17 | yes |" in md
+    assert "host   role    layers" in result.stdout
+
+
+def test_plan_refuses_before_any_change_with_missing_mib(tmp_path):
+    result = play(tmp_path, "-e", "llmfleet_context=131072")
+    assert result.returncode != 0
+    assert "the model does not fit on this fleet" in result.stdout
+    assert "missing: head1" in result.stdout and "MiB" in result.stdout
+    assert not (tmp_path / "plan.json").exists()
