@@ -1,0 +1,853 @@
+#!/usr/bin/env python3
+"""llmfleet chat: a small chat page in front of an OpenAI-compatible server.
+
+One file, Python 3.9+ standard library only. It serves a chat page under its own
+path prefix (all URLs in the page are relative, so it works behind an Ingress
+path), relays the upstream's server-sent events to the browser as they arrive,
+adds the upstream API key on the server side (the browser never sees it), and
+protects everything but /healthz with its own password (HTTP Basic, compared in
+constant time). It speaks /v1/chat/completions with "stream": true, which both
+llama-server and vLLM serve. TLS is optional (a certificate and key file).
+
+Secrets are read from files (never from the command line or the environment,
+which other local users can read from /proc):
+
+    llmfleet_chat.py --upstream http://127.0.0.1:8080 --prefix /chat \
+        --password-file /etc/llmfleet/chat/password --api-key-file /etc/llmfleet/chat/api-key
+
+Every option also reads an environment variable LLMFLEET_CHAT_<OPTION> (for
+example LLMFLEET_CHAT_UPSTREAM), which a Kubernetes Deployment can set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import hmac
+import http.client
+import http.server
+import json
+import logging
+import os
+import signal
+import socket
+import ssl
+import sys
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+VERSION = "1.0.0"
+MAX_BODY_BYTES = 1 << 20
+MAX_ERROR_BYTES = 16 << 10
+ROLES = ("system", "user", "assistant")
+REDACTED = b"[redacted]"
+LOG = logging.getLogger("llmfleet_chat")
+
+
+class ConfigError(Exception):
+    """A setting that cannot work; the message names the option and the value."""
+
+
+@dataclass(frozen=True)
+class Config:
+    upstream: str = "http://127.0.0.1:8080"
+    password: str = field(default="", repr=False)
+    api_key: str = field(default="", repr=False)
+    username: str = "llmfleet"
+    listen: str = "127.0.0.1"
+    port: int = 8088
+    prefix: str = "/chat"
+    model: str = ""
+    title: str = "llmfleet chat"
+    max_tokens: int = 1024
+    timeout: float = 600.0
+    tls_cert: str = ""
+    tls_key: str = ""
+    upstream_ca: str = ""
+
+
+@dataclass(frozen=True)
+class Upstream:
+    scheme: str
+    host: str
+    port: int
+    base_path: str
+
+    @property
+    def display(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}{self.base_path}"
+
+
+def normalise_prefix(prefix: str) -> str:
+    """'/chat/' -> '/chat', '' or '/' -> '' (served at the root)."""
+    prefix = (prefix or "").strip()
+    if prefix and not prefix.startswith("/"):
+        prefix = "/" + prefix
+    prefix = prefix.rstrip("/")
+    if any(c in prefix for c in "?#% \t\r\n"):
+        raise ConfigError(f"prefix {prefix!r}: only a plain path like /chat is allowed")
+    return prefix
+
+
+def parse_upstream(url: str) -> Upstream:
+    """Split the upstream base URL; a trailing /v1 is accepted and dropped."""
+    parts = urllib.parse.urlsplit((url or "").strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"upstream {url!r}: expected http://host:port or https://host:port")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ConfigError(f"upstream {url!r}: no credentials, query or fragment in the URL")
+    base = parts.path.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[: -len("/v1")]
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return Upstream(parts.scheme, parts.hostname, port, base)
+
+
+def check_basic_auth(header: Optional[str], username: str, password: str) -> bool:
+    """True when an Authorization header carries these Basic credentials.
+
+    Both the user name and the password are compared with hmac.compare_digest,
+    and both comparisons always run, so the time taken does not tell which part
+    was wrong or how much of it matched.
+    """
+    if not header:
+        return False
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return False
+    try:
+        decoded = base64.b64decode(value.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    user, sep, given = decoded.partition(b":")
+    if not sep:
+        return False
+    user_ok = hmac.compare_digest(user, username.encode("utf-8"))
+    password_ok = hmac.compare_digest(given, password.encode("utf-8"))
+    return user_ok and password_ok
+
+
+def validate_chat_request(body: Any, max_tokens_limit: int) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """Check what the page sent; returns (messages, sampling options). Raises ValueError."""
+    if not isinstance(body, dict):
+        raise ValueError("the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("'messages' must be a non-empty list")
+    clean = []
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise ValueError(f"messages[{i}] must be an object")
+        role, content = msg.get("role"), msg.get("content")
+        if role not in ROLES:
+            raise ValueError(f"messages[{i}].role must be one of {', '.join(ROLES)}, not {role!r}")
+        if not isinstance(content, str):
+            raise ValueError(f"messages[{i}].content must be a string")
+        clean.append({"role": role, "content": content})
+    options: dict[str, Any] = {}
+    if "max_tokens" in body:
+        value = body["max_tokens"]
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= max_tokens_limit:
+            raise ValueError(f"'max_tokens' must be an integer from 1 to {max_tokens_limit}")
+        options["max_tokens"] = value
+    if "temperature" in body:
+        value = body["temperature"]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 2:
+            raise ValueError("'temperature' must be a number from 0 to 2")
+        options["temperature"] = float(value)
+    return clean, options
+
+
+def upstream_payload(messages: list[dict[str, str]], options: dict[str, Any], model: str, max_tokens: int):
+    """The body sent to /v1/chat/completions (llama-server and vLLM accept the same)."""
+    payload: dict[str, Any] = {
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": options.get("max_tokens", max_tokens),
+    }
+    if model:
+        payload["model"] = model
+    if "temperature" in options:
+        payload["temperature"] = options["temperature"]
+    return payload
+
+
+class Redactor:
+    """Removes the API key from anything relayed to the browser, whatever the upstream says."""
+
+    def __init__(self, secret: str):
+        self._secret = secret.encode("utf-8") if secret else b""
+
+    def __call__(self, data: bytes) -> bytes:
+        if self._secret and self._secret in data:
+            return data.replace(self._secret, REDACTED)
+        return data
+
+
+class ChatServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 64
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.prefix = normalise_prefix(config.prefix)
+        self.upstream = parse_upstream(config.upstream)
+        self.redact = Redactor(config.api_key)
+        self._model = config.model
+        self._model_lock = threading.Lock()
+        self.tls_context = None
+        if not config.password:
+            raise ConfigError("password: empty; the chat page needs a password")
+        if bool(config.tls_cert) != bool(config.tls_key):
+            raise ConfigError("tls: give both a certificate and a key file, or neither")
+        if config.tls_cert:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            try:
+                context.load_cert_chain(config.tls_cert, config.tls_key)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(
+                    f"tls: cannot load certificate {config.tls_cert} with key {config.tls_key}: {exc}"
+                ) from exc
+            self.tls_context = context
+        family = socket.AF_INET6 if ":" in config.listen else socket.AF_INET
+        self.address_family = family
+        super().__init__((config.listen, config.port), ChatHandler)
+
+    def finish_request(self, request, client_address):
+        # The TLS handshake runs here, in the request's own thread, so a slow
+        # client cannot hold up accept() for everyone else.
+        if self.tls_context is None:
+            return super().finish_request(request, client_address)
+        request.settimeout(30)
+        try:
+            tls = self.tls_context.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError) as exc:
+            LOG.info("%s: TLS handshake failed: %s", client_address[0], exc)
+            return None
+        try:
+            return super().finish_request(tls, client_address)
+        finally:
+            tls.close()
+
+    # The upstream ---------------------------------------------------------
+
+    def connect_upstream(self, timeout: Optional[float] = None) -> http.client.HTTPConnection:
+        up = self.upstream
+        timeout = self.config.timeout if timeout is None else timeout
+        if up.scheme == "https":
+            context = ssl.create_default_context(cafile=self.config.upstream_ca or None)
+            return http.client.HTTPSConnection(up.host, up.port, timeout=timeout, context=context)
+        return http.client.HTTPConnection(up.host, up.port, timeout=timeout)
+
+    def upstream_headers(self, accept: str) -> dict[str, str]:
+        headers = {"Accept": accept, "User-Agent": "llmfleet-chat/" + VERSION}
+        if self.config.api_key:
+            headers["Authorization"] = "Bearer " + self.config.api_key
+        return headers
+
+    def model(self) -> str:
+        """The configured model name, or the first one the upstream lists (cached once found)."""
+        with self._model_lock:
+            if self._model:
+                return self._model
+            conn = self.connect_upstream(timeout=min(self.config.timeout, 15.0))
+            try:
+                conn.request(
+                    "GET", self.upstream.base_path + "/v1/models", headers=self.upstream_headers("*/*")
+                )
+                resp = conn.getresponse()
+                data = resp.read(MAX_BODY_BYTES)
+                if resp.status != 200:
+                    LOG.warning("upstream %s/v1/models answered %d", self.upstream.display, resp.status)
+                    return ""
+                models = json.loads(data.decode("utf-8")).get("data") or []
+                if models and isinstance(models[0], dict) and isinstance(models[0].get("id"), str):
+                    self._model = models[0]["id"]
+            except (OSError, ValueError, http.client.HTTPException) as exc:
+                LOG.warning("upstream %s/v1/models: %s", self.upstream.display, exc)
+            finally:
+                conn.close()
+            return self._model
+
+
+class ChatHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "llmfleet-chat/" + VERSION
+    sys_version = ""
+    timeout = 300
+    server: ChatServer
+
+    # Plumbing -------------------------------------------------------------
+
+    def log_message(self, format, *args):
+        LOG.info("%s %s", self.address_string(), format % args)
+
+    def _security_headers(self) -> None:
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("X-Frame-Options", "DENY")
+        self.send_header(
+            "Content-Security-Policy",
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+            "img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        )
+        if self.server.tls_context is not None:
+            self.send_header("Strict-Transport-Security", "max-age=31536000")
+
+    def _send(self, status: int, body: bytes, content_type: str, headers: Optional[dict[str, str]] = None):
+        body = self.server.redact(body)
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self._security_headers()
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _send_json(self, status: int, obj: Any, headers: Optional[dict[str, str]] = None) -> None:
+        self._send(status, json.dumps(obj).encode("utf-8"), "application/json", headers)
+
+    def _error(self, status: int, message: str, headers: Optional[dict[str, str]] = None) -> None:
+        self._send_json(status, {"error": message}, headers)
+
+    # Routing --------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_HEAD(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        path = urllib.parse.urlsplit(self.path).path
+        prefix = self.server.prefix
+        if path in ("/healthz", prefix + "/healthz"):
+            if self.command == "POST":
+                return self._error(405, "method not allowed", {"Allow": "GET, HEAD"})
+            return self._send(200, b"ok\n", "text/plain; charset=utf-8")
+        if not check_basic_auth(
+            self.headers.get("Authorization"), self.server.config.username, self.server.config.password
+        ):
+            return self._send(
+                401,
+                b"authentication required\n",
+                "text/plain; charset=utf-8",
+                {"WWW-Authenticate": 'Basic realm="llmfleet chat", charset="UTF-8"'},
+            )
+        if prefix and path == prefix:
+            return self._send(308, b"", "text/plain", {"Location": prefix + "/"})
+        if not path.startswith(prefix + "/"):
+            return self._error(404, "not found")
+        route = path[len(prefix) :]
+        static = STATIC.get(route)
+        if static is not None:
+            if self.command == "POST":
+                return self._error(405, "method not allowed", {"Allow": "GET, HEAD"})
+            return self._send(200, static[1].encode("utf-8"), static[0])
+        if route == "/api/config":
+            if self.command == "POST":
+                return self._error(405, "method not allowed", {"Allow": "GET, HEAD"})
+            return self._send_json(200, {"title": self.server.config.title, "model": self.server.model()})
+        if route == "/api/chat":
+            if self.command != "POST":
+                return self._error(405, "method not allowed", {"Allow": "POST"})
+            return self._chat()
+        return self._error(404, "not found")
+
+    # The chat relay -------------------------------------------------------
+
+    def _read_json_body(self) -> Any:
+        ctype = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            # A cross-site form cannot send application/json without a CORS
+            # preflight, which this server never grants.
+            raise _HTTPError(415, "the request must be application/json")
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            raise _HTTPError(411, "Content-Length required") from None
+        if not 0 < length <= MAX_BODY_BYTES:
+            raise _HTTPError(413, f"the request body must be 1 to {MAX_BODY_BYTES} bytes")
+        raw = self.rfile.read(length)
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise _HTTPError(400, f"the request body is not JSON: {exc}") from None
+
+    def _chat(self) -> None:
+        server = self.server
+        try:
+            messages, options = validate_chat_request(self._read_json_body(), server.config.max_tokens)
+        except _HTTPError as exc:
+            return self._error(exc.status, exc.message)
+        except ValueError as exc:
+            return self._error(400, str(exc))
+        payload = upstream_payload(messages, options, server.model(), server.config.max_tokens)
+        body = json.dumps(payload).encode("utf-8")
+        headers = server.upstream_headers("text/event-stream")
+        headers["Content-Type"] = "application/json"
+        target = server.upstream.display + "/v1/chat/completions"
+        conn = server.connect_upstream()
+        try:
+            try:
+                conn.request("POST", server.upstream.base_path + "/v1/chat/completions", body, headers)
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                LOG.warning("upstream %s: %s", target, exc)
+                return self._error(502, f"upstream {target} did not answer: {exc}")
+            if resp.status != 200:
+                detail = resp.read(MAX_ERROR_BYTES).decode("utf-8", "replace").strip()
+                LOG.warning("upstream %s answered %d", target, resp.status)
+                return self._error(502, f"upstream {target} answered {resp.status}: {detail}")
+            self._relay(resp, target)
+        finally:
+            conn.close()
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _relay(self, resp: http.client.HTTPResponse, target: str) -> None:
+        """Pass every server-sent event on as soon as its blank line arrives."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Accel-Buffering", "no")
+        self.send_header("Transfer-Encoding", "chunked")
+        self._security_headers()
+        self.end_headers()
+        started = time.monotonic()
+        events = 0
+        pending: list[bytes] = []
+        try:
+            try:
+                while True:
+                    line = resp.readline(MAX_BODY_BYTES)
+                    if not line:
+                        break
+                    pending.append(line)
+                    if line in (b"\n", b"\r\n"):
+                        self._write_chunk(self.server.redact(b"".join(pending)))
+                        pending = []
+                        events += 1
+            except (OSError, http.client.HTTPException) as exc:
+                # The upstream failed mid-answer: tell the page instead of stopping silently.
+                LOG.warning("upstream %s failed after %d events: %s", target, events, exc)
+                error = json.dumps({"error": {"message": f"upstream {target} failed: {exc}"}})
+                pending.append(b"\ndata: " + error.encode("utf-8") + b"\n\n")
+            if pending:
+                self._write_chunk(self.server.redact(b"".join(pending)))
+            self._write_chunk(b"")
+        except (ConnectionError, ssl.SSLError, socket.timeout) as exc:
+            # The browser went away (stop button, closed tab): closing the
+            # upstream connection makes the server stop generating.
+            LOG.info("client went away after %d events: %s", events, exc)
+            self.close_connection = True
+            return
+        LOG.info("relayed %d events in %.1f s", events, time.monotonic() - started)
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# The page (relative URLs only: it works under any prefix) -----------------
+
+INDEX_HTML = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="color-scheme" content="light dark">
+<title>llmfleet chat</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="style.css">
+<script src="app.js" defer></script>
+</head>
+<body>
+<header>
+  <h1 id="title">llmfleet chat</h1>
+  <span id="model" class="muted"></span>
+  <button id="new" type="button" class="secondary">New chat</button>
+</header>
+<main id="log" aria-live="polite"></main>
+<form id="form">
+  <textarea id="prompt" rows="3" placeholder="Ask something. Enter sends, Shift+Enter is a new line."
+    aria-label="Prompt" required></textarea>
+  <div class="actions">
+    <button id="send" type="submit">Send</button>
+    <button id="stop" type="button" class="secondary" disabled>Stop</button>
+  </div>
+</form>
+<footer id="status" class="muted" role="status"></footer>
+</body>
+</html>
+"""
+
+STYLE_CSS = """:root {
+  color-scheme: light;
+  --bg: #f6f7f9;
+  --fg: #1b1f24;
+  --muted: #555e69;
+  --border: #c9d1d9;
+  --user-bg: #dbe9ff;
+  --user-fg: #0b2545;
+  --bot-bg: #ffffff;
+  --bot-fg: #1b1f24;
+  --error-bg: #ffebe9;
+  --error-fg: #82071e;
+  --accent: #0b5cd5;
+  --accent-fg: #ffffff;
+  --field-bg: #ffffff;
+}
+* { box-sizing: border-box; }
+html, body { height: 100%; margin: 0; }
+body {
+  display: flex;
+  flex-direction: column;
+  background: var(--bg);
+  color: var(--fg);
+  font: 16px/1.5 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif;
+}
+header, form, footer { padding: 0.6rem 1rem; }
+header { display: flex; align-items: baseline; gap: 1rem; border-bottom: 1px solid var(--border); }
+h1 { font-size: 1.15rem; margin: 0; }
+#new { margin-left: auto; }
+.muted { color: var(--muted); font-size: 0.9rem; }
+main { flex: 1; overflow-y: auto; padding: 1rem; display: flex; flex-direction: column; gap: 0.75rem; }
+.msg { max-width: 80ch; padding: 0.6rem 0.9rem; border-radius: 0.8rem; border: 1px solid var(--border); }
+.msg .text { white-space: pre-wrap; overflow-wrap: anywhere; }
+.msg.user { align-self: flex-end; background: var(--user-bg); color: var(--user-fg); }
+.msg.assistant { align-self: flex-start; background: var(--bot-bg); color: var(--bot-fg); }
+.msg.error { background: var(--error-bg); color: var(--error-fg); }
+.msg.assistant[data-state="streaming"] .text::after { content: "\\258D"; }
+form { display: flex; gap: 0.6rem; border-top: 1px solid var(--border); }
+textarea {
+  flex: 1;
+  resize: vertical;
+  font: inherit;
+  padding: 0.5rem;
+  border-radius: 0.5rem;
+  border: 1px solid var(--border);
+  background: var(--field-bg);
+  color: var(--fg);
+}
+.actions { display: flex; flex-direction: column; gap: 0.4rem; }
+button {
+  font: inherit;
+  padding: 0.4rem 1rem;
+  border-radius: 0.5rem;
+  border: 1px solid var(--accent);
+  background: var(--accent);
+  color: var(--accent-fg);
+  cursor: pointer;
+}
+button.secondary { background: transparent; color: var(--fg); border-color: var(--border); }
+button:disabled { opacity: 0.6; cursor: default; }
+footer { min-height: 2.2rem; }
+
+/* The dark theme comes after the base rules so that it wins. */
+@media (prefers-color-scheme: dark) {
+  :root {
+    color-scheme: dark;
+    --bg: #0d1117;
+    --fg: #e6edf3;
+    --muted: #9ea7b3;
+    --border: #3d444d;
+    --user-bg: #1c3558;
+    --user-fg: #eaf2ff;
+    --bot-bg: #161b22;
+    --bot-fg: #e6edf3;
+    --error-bg: #42151a;
+    --error-fg: #ffc1c5;
+    --accent: #1f6feb;
+    --accent-fg: #ffffff;
+    --field-bg: #010409;
+  }
+}
+"""
+
+APP_JS = """"use strict";
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const log = $("log"), form = $("form"), prompt = $("prompt");
+  const send = $("send"), stop = $("stop"), status = $("status");
+  let history = [];
+  let controller = null;
+
+  fetch("api/config").then((r) => r.json()).then((c) => {
+    if (c.title) { document.title = c.title; $("title").textContent = c.title; }
+    $("model").textContent = c.model || "";
+  }).catch(() => {});
+
+  function bubble(role, text) {
+    const div = document.createElement("div");
+    div.className = "msg " + role;
+    const body = document.createElement("div");
+    body.className = "text";
+    body.textContent = text;
+    div.appendChild(body);
+    log.appendChild(div);
+    log.scrollTop = log.scrollHeight;
+    return div;
+  }
+
+  function busy(on) {
+    send.disabled = on;
+    stop.disabled = !on;
+  }
+
+  function figures(t0, tFirst, tEnd, usage, timings) {
+    const parts = [];
+    if (tFirst !== null) parts.push("first token after " + ((tFirst - t0) / 1000).toFixed(2) + " s");
+    let tps = null;
+    if (timings && timings.predicted_per_second) tps = timings.predicted_per_second;
+    else if (usage && usage.completion_tokens && tFirst !== null && tEnd > tFirst)
+      tps = usage.completion_tokens / ((tEnd - tFirst) / 1000);
+    if (tps !== null) parts.push(tps.toFixed(1) + " tokens/s");
+    if (usage && usage.completion_tokens) parts.push(usage.completion_tokens + " tokens");
+    return parts.join(", ");
+  }
+
+  async function ask(text) {
+    history.push({ role: "user", content: text });
+    bubble("user", text);
+    const div = bubble("assistant", "");
+    const out = div.firstChild;
+    div.dataset.state = "streaming";
+    controller = new AbortController();
+    busy(true);
+    status.textContent = "waiting for the first token...";
+    const t0 = performance.now();
+    let tFirst = null, answer = "", usage = null, timings = null;
+    try {
+      const resp = await fetch("api/chat", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ messages: history }),
+        signal: controller.signal,
+      });
+      if (!resp.ok) {
+        let msg = resp.status + " " + resp.statusText;
+        try { const j = await resp.json(); if (j.error) msg = j.error; } catch (e) { /* keep the status */ }
+        throw new Error(msg);
+      }
+      const reader = resp.body.getReader();
+      const decoder = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += decoder.decode(value, { stream: true });
+        let nl;
+        while ((nl = buf.indexOf("\\n")) >= 0) {
+          const line = buf.slice(0, nl).replace(/\\r$/, "");
+          buf = buf.slice(nl + 1);
+          if (!line.startsWith("data:")) continue;
+          const data = line.slice(5).trim();
+          if (data === "[DONE]") continue;
+          let ev;
+          try { ev = JSON.parse(data); } catch (e) { continue; }
+          if (ev.error) throw new Error(ev.error.message || JSON.stringify(ev.error));
+          const choice = ev.choices && ev.choices[0];
+          const piece = choice && choice.delta && choice.delta.content;
+          if (piece) {
+            if (tFirst === null) tFirst = performance.now();
+            answer += piece;
+            out.textContent = answer;
+            log.scrollTop = log.scrollHeight;
+          }
+          if (ev.usage) usage = ev.usage;
+          if (ev.timings) timings = ev.timings;
+        }
+      }
+      history.push({ role: "assistant", content: answer });
+      status.textContent = figures(t0, tFirst, performance.now(), usage, timings);
+    } catch (err) {
+      if (err.name === "AbortError") {
+        history.push({ role: "assistant", content: answer });
+        status.textContent = "stopped";
+      } else {
+        history.pop();
+        div.classList.add("error");
+        out.textContent = (answer ? answer + "\\n\\n" : "") + "Error: " + err.message;
+        status.textContent = "the request failed; you can send it again";
+      }
+    } finally {
+      div.dataset.state = "done";
+      controller = null;
+      busy(false);
+      prompt.focus();
+    }
+  }
+
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const text = prompt.value.trim();
+    if (!text || controller) return;
+    prompt.value = "";
+    ask(text);
+  });
+  prompt.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  stop.addEventListener("click", () => { if (controller) controller.abort(); });
+  $("new").addEventListener("click", () => {
+    if (controller) controller.abort();
+    history = [];
+    log.textContent = "";
+    status.textContent = "";
+    prompt.focus();
+  });
+  prompt.focus();
+})();
+"""
+
+STATIC = {
+    "/": ("text/html; charset=utf-8", INDEX_HTML),
+    "/index.html": ("text/html; charset=utf-8", INDEX_HTML),
+    "/style.css": ("text/css; charset=utf-8", STYLE_CSS),
+    "/app.js": ("text/javascript; charset=utf-8", APP_JS),
+}
+
+
+# Command line ---------------------------------------------------------------
+
+
+def _read_secret(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = handle.read().strip()
+    except OSError as exc:
+        raise ConfigError(f"{what} file {path}: {exc.strerror or exc}") from exc
+    if what == "password" and not value:
+        raise ConfigError(f"password file {path} is empty")
+    return value
+
+
+def parse_args(argv: Optional[list[str]] = None, environ: Optional[dict[str, str]] = None) -> Config:
+    env = os.environ if environ is None else environ
+
+    def default(name: str, fallback: str) -> str:
+        return env.get("LLMFLEET_CHAT_" + name.upper().replace("-", "_"), fallback)
+
+    parser = argparse.ArgumentParser(description="llmfleet chat page in front of llama-server or vLLM")
+    parser.add_argument(
+        "--upstream",
+        default=default("upstream", "http://127.0.0.1:8080"),
+        help="base URL of the OpenAI-compatible server (default %(default)s)",
+    )
+    parser.add_argument("--listen", default=default("listen", "127.0.0.1"), help="address to listen on")
+    parser.add_argument("--port", type=int, default=int(default("port", "8088")), help="port to listen on")
+    parser.add_argument("--prefix", default=default("prefix", "/chat"), help="path prefix of the page")
+    parser.add_argument("--username", default=default("username", "llmfleet"), help="HTTP Basic user name")
+    parser.add_argument(
+        "--password-file",
+        default=default("password-file", ""),
+        required=False,
+        help="file holding the page's password (required)",
+    )
+    parser.add_argument(
+        "--api-key-file",
+        default=default("api-key-file", ""),
+        help="file holding the upstream API key (optional)",
+    )
+    parser.add_argument(
+        "--model",
+        default=default("model", ""),
+        help="model name to request (default: the first one the upstream lists)",
+    )
+    parser.add_argument("--title", default=default("title", "llmfleet chat"), help="page title")
+    parser.add_argument(
+        "--max-tokens", type=int, default=int(default("max-tokens", "1024")), help="answer length limit"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=float(default("timeout", "600")),
+        help="seconds to wait for the upstream (slow CPU prefill needs minutes)",
+    )
+    parser.add_argument("--tls-cert", default=default("tls-cert", ""), help="PEM certificate (enables TLS)")
+    parser.add_argument("--tls-key", default=default("tls-key", ""), help="PEM private key")
+    parser.add_argument(
+        "--upstream-ca", default=default("upstream-ca", ""), help="CA bundle to trust for an https upstream"
+    )
+    args = parser.parse_args(argv)
+    if not args.password_file:
+        raise ConfigError("--password-file is required (LLMFLEET_CHAT_PASSWORD_FILE)")
+    return Config(
+        upstream=args.upstream,
+        password=_read_secret(args.password_file, "password"),
+        api_key=_read_secret(args.api_key_file, "api key") if args.api_key_file else "",
+        username=args.username,
+        listen=args.listen,
+        port=args.port,
+        prefix=args.prefix,
+        model=args.model,
+        title=args.title,
+        max_tokens=args.max_tokens,
+        timeout=args.timeout,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        upstream_ca=args.upstream_ca,
+    )
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        config = parse_args(argv)
+        server = ChatServer(config)
+    except ConfigError as exc:
+        LOG.error("llmfleet-chat: %s", exc)
+        return 2
+    except OSError as exc:
+        LOG.error("llmfleet-chat: cannot listen on %s:%d: %s", config.listen, config.port, exc)
+        return 2
+
+    def stop(signum, frame):
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    scheme = "https" if server.tls_context else "http"
+    LOG.info(
+        "llmfleet-chat %s on %s://%s:%d%s/ -> %s (user %s, api key %s)",
+        VERSION,
+        scheme,
+        config.listen,
+        server.server_address[1],
+        server.prefix,
+        server.upstream.display,
+        config.username,
+        "set" if config.api_key else "none",
+    )
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
