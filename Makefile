@@ -26,13 +26,13 @@ export ANSIBLE_NOCOLOR := 1
 export NO_COLOR := 1
 
 .PHONY: help venv link host-setup images test-artifacts lint unit docs-check manifests \
-        build-check molecule test demo demo-down requirements clean
+        build-check browser molecule test demo demo-down requirements clean
 
 help:
 	@echo "make demo       bring up the demo fleet and serve a model split across it"
 	@echo "make demo-down  remove the demo fleet"
 	@echo "make test       every check: lint, unit, docs, manifests, build, molecule"
-	@echo "parts: make lint | unit | docs-check | manifests | build-check | molecule [SCENARIO=name]"
+	@echo "parts: make lint | unit | docs-check | manifests | build-check | browser | molecule [SCENARIO=name]"
 	@echo "       make test-artifacts | images | venv"
 
 $(STAMP): requirements.txt
@@ -75,6 +75,9 @@ manifests: venv link
 build-check: venv
 	pytest -q tests/build
 
+browser: venv link host-setup
+	pytest -q tests/browser
+
 molecule: venv link images test-artifacts
 	@bash scripts/run-molecule.sh $(SCENARIO)
 
@@ -84,6 +87,7 @@ test: venv link host-setup
 	$(MAKE) docs-check
 	$(MAKE) manifests
 	$(MAKE) build-check
+	$(MAKE) browser
 	$(MAKE) molecule
 	@echo "make test: all checks passed"
 
