@@ -871,47 +871,14 @@ def llama_args(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:
     }
 
 
-def vllm_partition(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:
-    """Whole pipeline stages for vLLM from the same placement: one rank per host (the head is
-    rank 0), layers in proportion to the layer counts of the llama.cpp plan with every stage
-    holding at least one layer; KV space per rank for the context, in whole GiB (at least 1)."""
-    hosts = p.hosts()
-    n = model.n_layer
-    if n < len(hosts):
-        hosts = hosts[:n]
-    weights = [p.head_layers, *list(p.worker_layers)]
-    weights = weights[: len(hosts)]
-    base = [1] * len(hosts)
-    rest = n - len(hosts)
+def _vllm_stages(hosts: List[Host], weights: List[float], model: Model, opts: Options) -> Dict[str, Any]:
+    """One pipeline stage per host, layers in proportion to `weights` with every stage holding at
+    least one layer (largest remainder); KV space per rank for the context, in whole GiB (>= 1)."""
+    hosts, weights = hosts[: model.n_layer], weights[: model.n_layer]
+    rest = model.n_layer - len(hosts)
     total_w = sum(weights) or 1
     shares = [rest * w / total_w for w in weights]
     extra = [math.floor(s) for s in shares]
-    for i in sorted(range(len(hosts)), key=lambda i: (shares[i] - extra[i], -i), reverse=True)[
-        : rest - sum(extra)
-    ]:
-        extra[i] += 1
-    counts = [b + e for b, e in zip(base, extra)]
-    start = 0
-    kv_max = 0.0
-    for c in counts:
-        kv_max = max(kv_max, kv_bytes(model, range(start, start + c), opts))
-        start += c
-    return {
-        "pipeline_size": len(hosts),
-        "pp_layer_partition": ",".join(str(c) for c in counts),
-        "stages": [h.name for h in hosts],
-        "kvcache_space_gib": max(1, math.ceil(kv_max / (1024.0 * MIB))),
-    }
-
-
-def vllm_spread(model: Model, head: Host, workers: List[Host], opts: Options) -> Dict[str, Any]:
-    """vLLM stages over the head and every worker (fastest first): layers in proportion to each
-    host's budget, at least one each (largest remainder); KV space as in vllm_partition."""
-    hosts = [head, *sorted(workers, key=lambda h: h.rank)][: model.n_layer]
-    budgets = [max(h.budget_mib, 1.0) for h in hosts]
-    rest = model.n_layer - len(hosts)
-    shares = [rest * b / sum(budgets) for b in budgets]
-    extra = [math.floor(x) for x in shares]
     for i in sorted(range(len(hosts)), key=lambda i: (shares[i] - extra[i], -i), reverse=True)[
         : rest - sum(extra)
     ]:
@@ -927,6 +894,19 @@ def vllm_spread(model: Model, head: Host, workers: List[Host], opts: Options) ->
         "stages": [h.name for h in hosts],
         "kvcache_space_gib": max(1, math.ceil(kv_max / (1024.0 * MIB))),
     }
+
+
+def vllm_partition(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:
+    """vLLM stages from the llama.cpp placement: one rank per host it uses (the head is rank 0),
+    layers in proportion to that plan's layer counts."""
+    return _vllm_stages(p.hosts(), [float(p.head_layers), *map(float, p.worker_layers)], model, opts)
+
+
+def vllm_spread(model: Model, head: Host, workers: List[Host], opts: Options) -> Dict[str, Any]:
+    """vLLM stages over the head and every worker (fastest first), layers in proportion to each
+    host's budget (the lws target: the user chose the nodes)."""
+    hosts = [head, *sorted(workers, key=lambda h: h.rank)]
+    return _vllm_stages(hosts, [max(h.budget_mib, 1.0) for h in hosts], model, opts)
 
 
 def plan_entry(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:

@@ -334,3 +334,40 @@ def test_compute_model_against_llama_cpp_reports(shape, context, parallel, devic
     # never more than 5% below what llama.cpp allocates, at most 1 MiB above
     assert worker * 0.95 <= got_worker <= worker + 1.0
     assert head * 0.95 <= got_head <= head + 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM stages
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n_layer=st.integers(min_value=2, max_value=64),
+    usable=st.lists(st.integers(min_value=2000, max_value=64000), min_size=1, max_size=5),
+)
+def test_vllm_spread_covers_every_layer_once_in_proportion(n_layer, usable):
+    lay = layout(n_layer=n_layer, layer_mib=1)
+    head = host("head", usable[0])
+    ws = [host(f"w{i}", u) for i, u in enumerate(usable[1:])]
+    vllm = P.plan_llama_cpp(lay, head, ws, {"vllm_hosts": "all"}, reserve_mib=16)["vllm"]
+    counts = [int(c) for c in vllm["pp_layer_partition"].split(",")]
+    assert sum(counts) == n_layer
+    assert all(c >= 1 for c in counts)
+    assert vllm["pipeline_size"] == len(counts) == min(n_layer, len(usable))
+    assert vllm["stages"][0] == "head"
+    # a host with at least twice the memory of another never gets fewer layers
+    budgets = dict(zip(["head", *[w["name"] for w in ws]], usable))
+    by_host = dict(zip(vllm["stages"], counts))
+    for a, b in itertools.permutations(by_host, 2):
+        if budgets[a] >= 2 * budgets[b]:
+            assert by_host[a] >= by_host[b], (by_host, budgets)
+
+
+def test_vllm_spread_splits_equal_nodes_evenly_and_fewest_uses_one_stage():
+    lay = layout(n_layer=26, layer_mib=30)
+    head, ws = host("a", 30000), [host("b", 30000)]
+    assert (
+        P.plan_llama_cpp(lay, head, ws, {"vllm_hosts": "all"}, reserve_mib=16)["vllm"]["pp_layer_partition"]
+        == "13,13"
+    )
+    assert P.plan_llama_cpp(lay, head, ws, {}, reserve_mib=16)["vllm"]["pp_layer_partition"] == "26"
