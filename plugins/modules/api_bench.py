@@ -1,0 +1,199 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: api_bench
+short_description: Send N streamed chat completions at a given concurrency and measure them
+version_added: 0.1.0
+description:
+  - Sends O(requests) streamed chat completions (C(stream=true)) to an OpenAI-compatible API
+    (llama-server or vLLM), at most O(concurrency) at a time, and measures each one as a client
+    sees it - time to first token, output tokens/s, prompt tokens/s (llama-server's own
+    C(timings) when it sends them).
+  - Returns every request's measures and a summary with median and p95. The arithmetic lives in
+    C(plugins/module_utils/bench.py); this module only does the HTTP (Python standard library).
+  - Meant to run on the controller (C(delegate_to=localhost)); C(llmfleet.cluster.bench_report)
+    turns the result into bench.json and SVG charts.
+author:
+  - llmfleet developers
+options:
+  url:
+    description: Base URL of the API, without C(/v1/...).
+    type: str
+    required: true
+  api_key:
+    description: Bearer key; empty sends no C(Authorization) header.
+    type: str
+    default: ""
+    no_log: true
+  model:
+    description: Model name sent in each request (llama-server ignores it, vLLM needs it).
+    type: str
+    default: model
+  prompt:
+    description: The user message of every request.
+    type: str
+    default: Explain in a few sentences why the sky is blue.
+  max_tokens:
+    description: C(max_tokens) of every request.
+    type: int
+    default: 64
+  requests:
+    description: Number of requests.
+    type: int
+    default: 8
+  concurrency:
+    description: Requests in flight at a time.
+    type: int
+    default: 1
+  timeout:
+    description: Seconds a single request may take.
+    type: int
+    default: 300
+attributes:
+  check_mode:
+    support: full
+    description: In check mode no request is sent; the settings are returned with an empty result.
+  diff_mode:
+    support: none
+notes:
+  - The module reports C(changed=false); it only reads from the API.
+  - Output tokens/s per request counts the tokens after the first over the time between the first
+    and the last chunk carrying text, so it measures decoding, not the prompt.
+"""
+
+EXAMPLES = r"""
+- name: Benchmark the head's API from the controller
+  llmfleet.cluster.api_bench:
+    url: http://10.89.0.2:8080
+    api_key: "{{ __bench_key }}"
+    requests: 20
+    concurrency: 2
+  delegate_to: localhost
+  no_log: true
+  register: __bench_load
+"""
+
+RETURN = r"""
+settings:
+  description: The settings used (without the key).
+  returned: always
+  type: dict
+results:
+  description: One entry per request - ok, status, error, seconds, ttft, prompt_tokens, completion_tokens, output_tps, prompt_tps, server_timings.
+  returned: always
+  type: list
+  elements: dict
+summary:
+  description: requests, ok, failed, concurrency, wall_seconds, completion_tokens, throughput_tps, and median / p95 / min / max / n of ttft_seconds, output_tps, prompt_tps.
+  returned: always
+  type: dict
+"""
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+from ansible.module_utils.six.moves.urllib.request import Request, urlopen
+from ansible_collections.llmfleet.cluster.plugins.module_utils.bench import (
+    BenchError,
+    parse_sse,
+    request_result,
+    summarize,
+)
+
+
+def one_request(url, api_key, body, timeout):
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
+    request = Request(url, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST")
+    started = time.monotonic()
+    events = []
+    try:
+        response = urlopen(request, timeout=timeout)
+        try:
+            for raw in response:
+                line = raw.decode("utf-8", errors="replace")
+                for event in parse_sse([line]):
+                    events.append((time.monotonic(), event))
+                if line.strip() == "data: [DONE]":
+                    break
+        finally:
+            response.close()
+    except HTTPError as exc:
+        return request_result(
+            started, events, time.monotonic(), status=exc.code, error="HTTP %d %s" % (exc.code, exc.reason)
+        )
+    except (URLError, OSError, ValueError) as exc:
+        return request_result(
+            started, events, time.monotonic(), status=0, error=str(getattr(exc, "reason", exc))
+        )
+    except BenchError as exc:
+        return request_result(started, events, time.monotonic(), status=200, error=str(exc))
+    return request_result(started, events, time.monotonic())
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            api_key=dict(type="str", default="", no_log=True),
+            model=dict(type="str", default="model"),
+            prompt=dict(type="str", default="Explain in a few sentences why the sky is blue."),
+            max_tokens=dict(type="int", default=64),
+            requests=dict(type="int", default=8),
+            concurrency=dict(type="int", default=1),
+            timeout=dict(type="int", default=300),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["requests"] < 1 or p["concurrency"] < 1 or p["max_tokens"] < 1:
+        module.fail_json(
+            msg="api_bench: requests (%d), concurrency (%d) and max_tokens (%d) must be >= 1"
+            % (p["requests"], p["concurrency"], p["max_tokens"])
+        )
+    url = p["url"].rstrip("/") + "/v1/chat/completions"
+    settings = dict(
+        url=url,
+        model=p["model"],
+        prompt=p["prompt"],
+        max_tokens=p["max_tokens"],
+        requests=p["requests"],
+        concurrency=p["concurrency"],
+    )
+    if module.check_mode:
+        module.exit_json(
+            changed=False, settings=settings, results=[], summary=summarize([], 0.0, p["concurrency"])
+        )
+    body = {
+        "model": p["model"],
+        "messages": [{"role": "user", "content": p["prompt"]}],
+        "max_tokens": p["max_tokens"],
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=p["concurrency"]) as pool:
+        futures = [
+            pool.submit(one_request, url, p["api_key"], body, p["timeout"]) for _ in range(p["requests"])
+        ]
+        results = [f.result() for f in futures]
+    wall = time.monotonic() - started
+    summary = summarize(results, wall, p["concurrency"])
+    module.exit_json(changed=False, settings=settings, results=results, summary=summary)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""api_bench against a loopback server that streams slowly (no real model needed).
+
+The server sends its chunks 0.3 s apart: the time to first token must be the first chunk's,
+not the end of the stream, and the key must reach the server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from ansible_collections.llmfleet.cluster.plugins.modules import api_bench
+
+DELAY = 0.3
+
+
+class SlowStream(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        body = json.loads(self.rfile.read(length))
+        if self.headers.get("Authorization") != "Bearer k3y":
+            self.send_response(401)
+            self.end_headers()
+            return
+        assert body["stream"] is True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for word in ("one", " two", " three"):
+            chunk = {"choices": [{"index": 0, "delta": {"content": word}}]}
+            self.wfile.write(("data: " + json.dumps(chunk) + "\n\n").encode())
+            self.wfile.flush()
+            time.sleep(DELAY)
+        final = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}
+        self.wfile.write(("data: " + json.dumps(final) + "\n\ndata: [DONE]\n\n").encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), SlowStream)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1/chat/completions"
+    httpd.shutdown()
+
+
+def test_first_token_arrives_before_the_stream_ends(server: str) -> None:
+    result = api_bench.one_request(server, "k3y", {"stream": True}, timeout=10)
+    assert result["ok"] is True, result
+    assert result["ttft"] < DELAY
+    assert result["seconds"] >= 3 * DELAY
+    assert result["completion_tokens"] == 3
+    # two tokens after the first over two gaps of DELAY
+    assert result["output_tps"] == pytest.approx(2 / (2 * DELAY), rel=0.25)
+
+
+def test_a_wrong_key_is_a_failed_request(server: str) -> None:
+    result = api_bench.one_request(server, "nope", {"stream": True}, timeout=10)
+    assert (result["ok"], result["status"]) == (False, 401)
+
+
+def test_an_unreachable_server_is_a_failed_request() -> None:
+    result = api_bench.one_request("http://127.0.0.1:9/v1/chat/completions", "", {"stream": True}, timeout=2)
+    assert result["ok"] is False
+    assert result["status"] == 0

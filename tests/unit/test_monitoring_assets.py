@@ -1,0 +1,162 @@
+"""The monitoring assets of roles/monitoring/files are valid and reference real metrics.
+
+Every PromQL expression of the Grafana dashboard may only use metric names that llama-server
+(its recorded /metrics), vLLM or node-exporter export (tests/fixtures/monitoring/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.llmfleet.cluster.plugins.module_utils.monitoring import (
+    MonitoringError,
+    scrape_targets,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = ROOT / "roles" / "monitoring" / "files"
+FIX = ROOT / "tests" / "fixtures" / "monitoring"
+
+PROMQL_WORDS = {
+    "sum", "avg", "min", "max", "count", "rate", "irate", "increase", "by", "without",
+    "histogram_quantile", "on", "ignoring", "and", "or", "unless", "bool", "offset",
+}  # fmt: skip
+
+
+def _llama_server_metrics() -> set:
+    names = set()
+    for line in (FIX / "llama-server-metrics.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            names.add(line.split()[0].split("{")[0])
+    return names
+
+
+def _listed(name: str) -> set:
+    return {line.strip() for line in (FIX / name).read_text().splitlines() if line.strip()}
+
+
+KNOWN = _llama_server_metrics() | _listed("vllm-metrics.txt") | _listed("node-exporter-metrics.txt")
+
+
+def metric_names(expr: str) -> set:
+    """Metric names of a PromQL expression: identifiers outside label matchers and grouping."""
+    text = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
+    text = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", "", text)  # grouping labels
+    text = re.sub(r"\[[^\]]*\]", "", text)  # range selectors
+    text = re.sub(r'"[^"]*"', "", text)
+    names = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", text))
+    return {n for n in names if n not in PROMQL_WORDS and not re.fullmatch(r"[0-9.e]+", n)}
+
+
+def _dashboard() -> dict:
+    return json.loads((FILES / "grafana-dashboard.json").read_text())
+
+
+def _exprs() -> list:
+    return [(p["title"], t["expr"]) for p in _dashboard()["panels"] for t in p["targets"]]
+
+
+def test_the_recorded_llama_server_metrics_are_the_ones_the_seeds_watch() -> None:
+    for name in ("llamacpp:predicted_tokens_seconds", "llamacpp:prompt_tokens_seconds",
+                 "llamacpp:requests_processing", "llamacpp:requests_deferred"):  # fmt: skip
+        assert name in KNOWN
+
+
+def test_metric_name_extraction() -> None:
+    expr = 'sum by (instance) (rate(node_network_receive_bytes_total{device=~"(eth|ens).*"}[1m]))'
+    assert metric_names(expr) == {"node_network_receive_bytes_total"}
+    assert metric_names("a:b - c_d") == {"a:b", "c_d"}
+
+
+@pytest.mark.parametrize(("title", "expr"), _exprs(), ids=[f"{t}:{e[:40]}" for t, e in _exprs()])
+def test_every_expression_uses_exported_metrics(title: str, expr: str) -> None:
+    names = metric_names(expr)
+    assert names, f"{title}: {expr} references no metric"
+    unknown = names - KNOWN
+    assert not unknown, (
+        f"panel {title!r}: {sorted(unknown)} not exported by llama-server, vLLM or node-exporter"
+    )
+
+
+def test_dashboard_has_the_panels_the_seeds_used() -> None:
+    dashboard = _dashboard()
+    assert dashboard["uid"] and dashboard["title"]
+    used = set().union(*(metric_names(e) for _, e in _exprs()))
+    for needed in (
+        "llamacpp:predicted_tokens_seconds",
+        "llamacpp:requests_processing",
+        "llamacpp:requests_deferred",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:generation_tokens_total",
+        "node_cpu_seconds_total",
+        "node_network_receive_bytes_total",
+        "node_network_transmit_bytes_total",
+    ):
+        assert needed in used, needed
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}"
+        assert [t["refId"] for t in panel["targets"]] == [chr(65 + i) for i in range(len(panel["targets"]))]
+    assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource"]
+
+
+def test_network_panels_match_interfaces_by_pattern_not_by_name() -> None:
+    network = [e for _, e in _exprs() if "node_network_" in e]
+    assert len(network) == 2
+    for expr in network:
+        matcher = re.search(r'device=~"([^"]+)"', expr)
+        assert matcher, expr
+        pattern = re.compile(matcher.group(1))
+        for name in ("eth0", "ens5", "enp3s0"):
+            assert pattern.fullmatch(name), (name, expr)
+        assert not pattern.fullmatch("lo")
+
+
+def test_scrape_config_jobs() -> None:
+    config = yaml.safe_load((FILES / "prometheus-scrape.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == {"llmfleet-llama-server", "llmfleet-vllm", "llmfleet-node"}
+    llama = jobs["llmfleet-llama-server"]
+    assert llama["metrics_path"] == "/metrics"
+    assert llama["authorization"]["type"] == "Bearer"
+    assert llama["authorization"]["credentials_file"].startswith("/")
+    assert "credentials" not in llama["authorization"], "never a key inline"
+    for job in jobs.values():
+        (files,) = [sd["files"] for sd in job["file_sd_configs"]]
+        assert len(files) == 1 and files[0].endswith(".json")
+    # the role writes one target list per job, named after the file_sd path
+    written = {Path(j["file_sd_configs"][0]["files"][0]).stem for j in jobs.values()}
+    assert written == {"llama-server", "vllm", "node"}
+
+
+PLAN = {
+    "backend": "llama_cpp",
+    "head": "head1",
+    "hosts": [
+        {"name": "head1", "role": "head", "address": "10.89.0.2"},
+        {"name": "w1", "role": "worker", "address": "10.89.0.3"},
+    ],
+}
+
+
+def test_scrape_targets_from_the_plan() -> None:
+    targets = scrape_targets(PLAN, api_port=8081, node_port=9101, fleet="demo")
+    assert targets["llama-server"] == [
+        {"targets": ["10.89.0.2:8081"], "labels": {"fleet": "demo", "host": "head1", "role": "head"}}
+    ]
+    assert targets["vllm"] == []
+    assert [t["targets"] for t in targets["node"]] == [["10.89.0.2:9101"], ["10.89.0.3:9101"]]
+    vllm = scrape_targets(dict(PLAN, backend="vllm"))
+    assert vllm["llama-server"] == [] and vllm["vllm"][0]["targets"] == ["10.89.0.2:8080"]
+
+
+def test_scrape_targets_name_hosts_without_an_address() -> None:
+    plan = {"head": "h", "hosts": [{"name": "h", "address": "1.2.3.4"}, {"name": "w9"}]}
+    with pytest.raises(MonitoringError, match="w9"):
+        scrape_targets(plan)
