@@ -1,0 +1,631 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pinned artifacts: choose, fetch, verify and install them, failing closed.
+
+Everything here is plain Python (3.9+, no Ansible imports) so that the modules
+``artifact_fetch`` / ``artifact_install`` and the filter ``llama_cpp_release`` stay thin
+and the behaviour is unit-tested directly:
+
+- :func:`select_release` picks the entry ``releases[build][flavour]`` for a host, with an
+  error that names the host, the build and the flavour and lists what the table has;
+- :func:`fetch` downloads into ``<dest>.part`` (resuming with an HTTP Range request), checks
+  the free disk space before writing, verifies the sha256 and only then renames the file
+  into place; a wrong file is removed and never moved into place;
+- :func:`install` verifies an archive's sha256 *before* unpacking it, unpacks it (or copies
+  a built tree) into a hidden staging directory next to the target, writes a marker and
+  renames the staging directory into place; any failure removes the staging directory and
+  leaves what was there before untouched.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import posixpath
+import re
+import shutil
+import tarfile
+import tempfile
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from urllib.error import HTTPError
+from urllib.parse import urlsplit
+
+MIB = 1024 * 1024
+CHUNK = 1024 * 1024
+MARKER = ".llmfleet-artifact.json"
+WORKER_BINARIES = ("ggml-rpc-server", "rpc-server")
+SOURCE_FLAVOUR = "source"
+
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+class ArtifactError(Exception):
+    """Base class: a pinned artifact could not be chosen, fetched or installed."""
+
+
+class ReleaseLookupError(ArtifactError):
+    """The release table has no usable entry for a host."""
+
+
+class ChecksumMismatch(ArtifactError):
+    """A file's sha256 differs from its pin."""
+
+    def __init__(self, path: str, expected: str, actual: str, what: str = "") -> None:
+        self.path = path
+        self.expected = expected
+        self.actual = actual
+        label = what or path
+        super().__init__(
+            f"sha256 mismatch for {label}: expected {expected}, actual {actual}; "
+            f"the file was discarded and nothing was installed"
+        )
+
+
+class DiskSpaceError(ArtifactError):
+    """Not enough free space for a download."""
+
+
+class LayoutError(ArtifactError):
+    """An archive or a tree does not have the expected shape (or is unsafe)."""
+
+
+class DownloadError(ArtifactError):
+    """The server did not deliver the file."""
+
+
+# --------------------------------------------------------------------------- pins
+
+
+def normalize_sha256(value: Any, what: str = "sha256") -> str:
+    """Return a pin as 64 lowercase hex digits; accept an optional ``sha256:`` prefix.
+
+    >>> normalize_sha256("SHA256:" + "A" * 64) == "a" * 64
+    True
+    """
+    if not isinstance(value, str):
+        raise ArtifactError(f"{what}: expected 64 hex digits, got {value!r}")
+    text = value.strip().lower()
+    if text.startswith("sha256:"):
+        text = text[len("sha256:") :]
+    if not _SHA256_RE.match(text):
+        raise ArtifactError(f"{what}: expected 64 hex digits, got {value!r}")
+    return text
+
+
+def asset_name(url: str) -> str:
+    """The file name at the end of a URL or path (without query or fragment)."""
+    path = urlsplit(url).path if "://" in url else url.split("?", 1)[0].split("#", 1)[0]
+    name = posixpath.basename(path)
+    if not name or name in (".", ".."):
+        raise ArtifactError(f"cannot take a file name from {url!r}")
+    return name
+
+
+def select_release(
+    releases: Mapping[str, Any], build: Any, flavour: Any, host: str = "this host"
+) -> Dict[str, Any]:
+    """Pick ``releases[build][flavour]`` and return it checked and completed.
+
+    The result is ``{build, flavour, url, sha256, asset, source}`` where ``source`` is true for
+    the flavour ``source`` (a source tarball to build on the host).
+    """
+    if not isinstance(releases, Mapping):
+        raise ReleaseLookupError(f"{host}: the llama.cpp release table must be a mapping, got {releases!r}")
+    if not isinstance(build, str) or not build:
+        raise ReleaseLookupError(f"{host}: no llama.cpp build chosen (set llama_cpp_build)")
+    if not isinstance(flavour, str) or not flavour:
+        raise ReleaseLookupError(
+            f"{host}: no llama.cpp flavour for this host (the probe's backends.llama_cpp is empty; "
+            f"set llama_cpp_flavour, e.g. ubuntu-x64, ubuntu-arm64 or source)"
+        )
+    table = releases.get(build)
+    if not isinstance(table, Mapping) or not table:
+        known = ", ".join(sorted(str(k) for k in releases)) or "none"
+        raise ReleaseLookupError(
+            f"{host}: llama.cpp build {build!r} is not in the release table (builds known: {known}); "
+            f"add llama_cpp_releases[{build!r}][{flavour!r}] = {{url, sha256}}"
+        )
+    entry = table.get(flavour)
+    if not isinstance(entry, Mapping):
+        known = ", ".join(sorted(str(k) for k in table)) or "none"
+        raise ReleaseLookupError(
+            f"{host}: no llama.cpp {build} asset for flavour {flavour!r} in the release table "
+            f"(flavours of {build}: {known}); add llama_cpp_releases[{build!r}][{flavour!r}] = "
+            f"{{url, sha256}} or mark the host 'source' to build it there"
+        )
+    url = entry.get("url")
+    if not isinstance(url, str) or not url.strip():
+        raise ReleaseLookupError(f"{host}: release table entry {build}/{flavour} has no url")
+    try:
+        sha256 = normalize_sha256(
+            entry.get("sha256"), f"{host}: release table entry {build}/{flavour} sha256"
+        )
+    except ArtifactError as exc:
+        raise ReleaseLookupError(str(exc)) from None
+    return {
+        "build": build,
+        "flavour": flavour,
+        "url": url.strip(),
+        "sha256": sha256,
+        "asset": asset_name(url.strip()),
+        "source": flavour == SOURCE_FLAVOUR,
+    }
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_sha256(path: str, expected: str, what: str = "") -> str:
+    """Return the file's sha256; raise :class:`ChecksumMismatch` naming both hashes."""
+    pin = normalize_sha256(expected)
+    actual = sha256_file(path)
+    if actual != pin:
+        raise ChecksumMismatch(path, pin, actual, what)
+    return actual
+
+
+# --------------------------------------------------------------------------- disk space
+
+
+def check_disk_space(
+    need_bytes: int,
+    free_mib: Optional[float],
+    reserve_mib: float = 0,
+    where: str = "",
+    statvfs_free_bytes: Optional[int] = None,
+) -> None:
+    """Raise :class:`DiskSpaceError` when ``need_bytes`` + the reserve do not fit.
+
+    ``free_mib`` is what the probe reported (``llmfleet_host.disk_free_mib``);
+    ``statvfs_free_bytes`` what the file system says now. Both must allow it.
+    """
+    if need_bytes <= 0:
+        return
+    need_mib = need_bytes / MIB
+    checks: List[Tuple[str, float]] = []
+    if free_mib is not None:
+        checks.append(("the probe reported", float(free_mib)))
+    if statvfs_free_bytes is not None:
+        checks.append(("the file system has", statvfs_free_bytes / MIB))
+    for source, free in checks:
+        if need_mib + reserve_mib > free:
+            raise DiskSpaceError(
+                f"not enough disk space for {where or 'the download'}: it needs {need_mib:.1f} MiB "
+                f"+ {reserve_mib:g} MiB reserve, {source} {free:.1f} MiB free"
+            )
+
+
+def free_bytes(path: str) -> int:
+    """Free bytes for an unprivileged writer on the file system holding ``path``."""
+    probe = path
+    while probe and not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    st = os.statvfs(probe or "/")
+    return st.f_bavail * st.f_frsize
+
+
+# --------------------------------------------------------------------------- HTTP fetch
+
+
+def parse_content_range(value: Optional[str]) -> Optional[Tuple[int, int, Optional[int]]]:
+    """``bytes 10-99/100`` -> (10, 99, 100); ``*`` total -> None; anything else -> None."""
+    if not value:
+        return None
+    match = _CONTENT_RANGE_RE.match(value.strip())
+    if not match:
+        return None
+    total = None if match.group(3) == "*" else int(match.group(3))
+    return int(match.group(1)), int(match.group(2)), total
+
+
+class Response:
+    """What :func:`fetch` needs from an HTTP response (adapted by the caller's opener)."""
+
+    def __init__(self, status: int, headers: Mapping[str, str], read: Callable[[int], bytes]) -> None:
+        self.status = status
+        self.headers = {k.lower(): v for k, v in headers.items()}
+        self.read = read
+
+
+# An opener takes (url, extra request headers) and returns a Response, or raises
+# HttpStatusError for an HTTP error status (so a 416 can be told apart from a failure).
+Opener = Callable[[str, Dict[str, str]], Response]
+
+
+class HttpStatusError(Exception):
+    def __init__(self, status: int, reason: str = "") -> None:
+        self.status = status
+        super().__init__(f"HTTP {status} {reason}".strip())
+
+
+def make_opener(open_fn: Callable[..., Any], **kwargs: Any) -> Opener:
+    """Adapt a urllib-style ``open_fn(url, headers=..., **kwargs)`` into an :data:`Opener`.
+
+    ``open_fn`` is ``ansible.module_utils.urls.open_url`` in the module (proxies, CA bundle,
+    validate_certs), and may be ``urllib.request``-based elsewhere: both raise
+    ``urllib.error.HTTPError`` for an HTTP error status.
+    """
+
+    def opener(url: str, headers: Dict[str, str]) -> Response:
+        try:
+            handle = open_fn(url, headers=headers, **kwargs)
+        except HTTPError as exc:
+            raise HttpStatusError(exc.code, str(exc.reason)) from None
+        status = handle.getcode() or 200  # file:// answers None
+        return Response(int(status), dict(handle.headers.items()), handle.read)
+
+    return opener
+
+
+def _request(opener: Opener, url: str, offset: int) -> Tuple[Optional[Response], int]:
+    """GET from ``offset``; returns (response or None when the range is past the end, start)."""
+    headers = {"Range": f"bytes={offset}-"} if offset > 0 else {}
+    try:
+        response = opener(url, headers)
+    except HttpStatusError as exc:
+        if exc.status == 416 and offset > 0:
+            return None, offset
+        raise DownloadError(f"{url}: {exc}") from None
+    if offset > 0 and response.status == 206:
+        parsed = parse_content_range(response.headers.get("content-range"))
+        if parsed is None or parsed[0] != offset:
+            raise DownloadError(
+                f"{url}: asked for bytes from {offset}, the server answered "
+                f"Content-Range {response.headers.get('content-range')!r}"
+            )
+        return response, offset
+    if response.status not in (200, 206):
+        raise DownloadError(f"{url}: unexpected HTTP status {response.status}")
+    return response, 0
+
+
+def _expected_total(response: Response, start: int) -> Optional[int]:
+    parsed = parse_content_range(response.headers.get("content-range"))
+    if parsed is not None and parsed[2] is not None:
+        return parsed[2]
+    length = response.headers.get("content-length")
+    if length is not None and length.isdigit():
+        return start + int(length)
+    return None
+
+
+def _download(
+    opener: Opener,
+    url: str,
+    part: str,
+    resume: bool,
+    free_mib: Optional[float],
+    reserve_mib: float,
+    dest: str,
+) -> Dict[str, int]:
+    have = os.path.getsize(part) if (resume and os.path.isfile(part)) else 0
+    response, start = _request(opener, url, have)
+    if response is None:  # 416: the .part already holds the whole file (or more)
+        return {"resumed_from": have, "downloaded": 0, "size": have}
+    total = _expected_total(response, start)
+    if total is not None:
+        check_disk_space(total - start, free_mib, reserve_mib, dest, free_bytes(part))
+    mode = "ab" if start > 0 else "wb"
+    written = 0
+    with open(part, mode) as handle:
+        if start == 0:
+            handle.truncate(0)
+        while True:
+            chunk = response.read(CHUNK)
+            if not chunk:
+                break
+            handle.write(chunk)
+            written += len(chunk)
+        handle.flush()
+        os.fsync(handle.fileno())
+    size = start + written
+    if total is not None and size != total:
+        raise DownloadError(f"{url}: the connection ended after {size} of {total} bytes (kept for resuming)")
+    return {"resumed_from": start, "downloaded": written, "size": size}
+
+
+def fetch(
+    opener: Opener,
+    url: str,
+    dest: str,
+    sha256: str,
+    resume: bool = True,
+    free_mib: Optional[float] = None,
+    reserve_mib: float = 0,
+    mode: int = 0o644,
+    check_mode: bool = False,
+) -> Dict[str, Any]:
+    """Make ``dest`` a verified copy of ``url``; return what happened.
+
+    The bytes go to ``dest + '.part'``. An interrupted transfer leaves the .part behind and the
+    next call continues it with ``Range: bytes=N-``. The file is renamed to ``dest`` only when
+    its sha256 equals the pin. A mismatch removes the .part; when the mismatch followed a
+    resumed transfer the whole file is fetched once more from scratch (the old part may be
+    the damaged bit) before giving up.
+    """
+    pin = normalize_sha256(sha256, f"sha256 for {dest}")
+    result: Dict[str, Any] = {
+        "changed": False,
+        "path": dest,
+        "sha256": pin,
+        "resumed_from": 0,
+        "downloaded": 0,
+    }
+    if os.path.isfile(dest) and sha256_file(dest) == pin:
+        result["size"] = os.path.getsize(dest)
+        return result
+    result["changed"] = True
+    if check_mode:
+        return result
+    part = dest + ".part"
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    attempt = _download(opener, url, part, resume, free_mib, reserve_mib, dest)
+    actual = sha256_file(part)
+    if actual != pin and attempt["resumed_from"] > 0:
+        os.unlink(part)
+        attempt = _download(opener, url, part, False, free_mib, reserve_mib, dest)
+        attempt["retried"] = 1
+        actual = sha256_file(part)
+    if actual != pin:
+        os.unlink(part)
+        raise ChecksumMismatch(part, pin, actual, f"{url} (for {dest})")
+    os.chmod(part, mode)
+    os.replace(part, dest)
+    result.update(attempt)
+    return result
+
+
+def adopt(src: str, dest: str, sha256: str, mode: int = 0o644, check_mode: bool = False) -> Dict[str, Any]:
+    """Verify a file already on this machine (e.g. copied from the controller) and move it to ``dest``.
+
+    ``src`` is consumed: moved into place when it matches, removed when it does not.
+    """
+    pin = normalize_sha256(sha256, f"sha256 for {dest}")
+    result: Dict[str, Any] = {"changed": False, "path": dest, "sha256": pin}
+    if os.path.isfile(dest) and sha256_file(dest) == pin:
+        if os.path.exists(src) and os.path.abspath(src) != os.path.abspath(dest) and not check_mode:
+            os.unlink(src)
+        return result
+    result["changed"] = True
+    if check_mode:
+        return result
+    if not os.path.isfile(src):
+        raise ArtifactError(f"{src}: no such file to verify for {dest}")
+    actual = sha256_file(src)
+    if actual != pin:
+        os.unlink(src)
+        raise ChecksumMismatch(src, pin, actual, f"{src} (for {dest})")
+    os.chmod(src, mode)
+    os.replace(src, dest)
+    return result
+
+
+# --------------------------------------------------------------------------- install
+
+
+def _norm_member(name: str) -> str:
+    name = name.replace("\\", "/")
+    while name.startswith("./"):
+        name = name[2:]
+    return name.rstrip("/")
+
+
+def archive_top_folder(names: Iterable[str]) -> str:
+    """The single top folder every member lives in (``llama-b1234/``), or LayoutError."""
+    tops = set()
+    for raw in names:
+        name = _norm_member(raw)
+        if not name or name == ".":
+            continue
+        if name.startswith("/") or ".." in name.split("/"):
+            raise LayoutError(f"unsafe path in archive: {raw!r}")
+        tops.add(name.split("/", 1)[0])
+    if len(tops) != 1:
+        shown = ", ".join(sorted(tops)[:5]) or "nothing"
+        raise LayoutError(f"expected one top folder in the archive, found: {shown}")
+    return tops.pop()
+
+
+def _inside(target: str) -> bool:
+    """True when a relative path stays inside the tree it is relative to."""
+    norm = posixpath.normpath(target)
+    return not posixpath.isabs(norm) and norm != ".." and not norm.startswith("../")
+
+
+def plan_members(members: Iterable[tarfile.TarInfo]) -> Tuple[str, List[Tuple[tarfile.TarInfo, str]]]:
+    """Check every member and map it to its path below the top folder.
+
+    Only regular files, directories, symlinks and hard links that stay inside the tree are
+    accepted; anything else (absolute paths, ``..``, devices, links leaving the tree) is a
+    :class:`LayoutError` before a single byte is written.
+    """
+    members = list(members)
+    top = archive_top_folder(m.name for m in members)
+    planned: List[Tuple[tarfile.TarInfo, str]] = []
+    for member in members:
+        name = _norm_member(member.name)
+        if not name or name == top:
+            continue
+        rel = name[len(top) + 1 :]
+        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+            raise LayoutError(f"unsupported member type in archive: {member.name!r}")
+        if member.issym():
+            link = member.linkname
+            if posixpath.isabs(link) or not _inside(posixpath.join(posixpath.dirname(rel), link)):
+                raise LayoutError(f"symlink leaves the archive: {member.name!r} -> {link!r}")
+        if member.islnk():
+            target = _norm_member(member.linkname)
+            if not target.startswith(top + "/") or ".." in target.split("/"):
+                raise LayoutError(f"hard link leaves the archive: {member.name!r} -> {member.linkname!r}")
+        planned.append((member, rel))
+    return top, planned
+
+
+def _extract(archive: str, stage: str) -> str:
+    with tarfile.open(archive, "r:*") as tar:
+        top, planned = plan_members(tar.getmembers())
+        for member, rel in planned:
+            target = os.path.join(stage, rel)
+            parent = os.path.dirname(target)
+            os.makedirs(parent, exist_ok=True)
+            if member.isdir():
+                os.makedirs(target, exist_ok=True)
+                os.chmod(target, 0o755)
+            elif member.issym():
+                os.symlink(member.linkname, target)
+            elif member.islnk():
+                source = os.path.join(stage, _norm_member(member.linkname)[len(top) + 1 :])
+                os.link(source, target)
+            else:
+                extracted = tar.extractfile(member)
+                if extracted is None:
+                    raise LayoutError(f"cannot read {member.name!r} from the archive")
+                with extracted, open(target, "wb") as out:
+                    shutil.copyfileobj(extracted, out, CHUNK)
+                os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
+    return top
+
+
+def _copy_tree(src_dir: str, stage: str) -> None:
+    for root, dirs, files in os.walk(src_dir):
+        rel_root = os.path.relpath(root, src_dir)
+        for name in dirs + files:
+            source = os.path.join(root, name)
+            target = os.path.normpath(os.path.join(stage, rel_root, name))
+            if os.path.islink(source):
+                os.symlink(os.readlink(source), target)
+                if name in dirs:
+                    dirs.remove(name)
+            elif os.path.isdir(source):
+                os.makedirs(target, exist_ok=True)
+            elif os.path.isfile(source):
+                shutil.copy2(source, target)
+            else:
+                raise LayoutError(f"unsupported file type in {src_dir}: {source}")
+
+
+def find_binary(directory: str, names: Iterable[str]) -> Optional[str]:
+    """The first of ``names`` that is an executable file (following symlinks) in ``directory``."""
+    for name in names:
+        path = os.path.join(directory, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return name
+    return None
+
+
+def read_marker(directory: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(os.path.join(directory, MARKER), encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _describe(directory: str, require_one_of: List[str], require: List[str]) -> Dict[str, Any]:
+    """``binary``: the first of ``require_one_of`` present; ``found``: which of ``require`` are."""
+    return {
+        "binary": find_binary(directory, require_one_of) if require_one_of else None,
+        "found": [name for name in require if find_binary(directory, [name])],
+    }
+
+
+def install(
+    dest: str,
+    sha256: str,
+    archive: Optional[str] = None,
+    src_dir: Optional[str] = None,
+    info: Optional[Mapping[str, Any]] = None,
+    require_one_of: Optional[List[str]] = None,
+    require: Optional[List[str]] = None,
+    check_mode: bool = False,
+) -> Dict[str, Any]:
+    """Install ``archive`` (verified before unpacking) or a built ``src_dir`` as ``dest``.
+
+    Idempotent: when ``dest`` carries a marker with the same sha256 nothing happens (the
+    archive or tree need not exist any more). Otherwise the content goes into a staging
+    directory next to ``dest`` that is renamed into place only when complete and checked
+    (``require_one_of``: at least one of these executables, ``require``: all of these).
+    A previous ``dest`` with another pin is replaced only after the new tree is ready.
+    """
+    pin = normalize_sha256(sha256, f"sha256 for {dest}")
+    require_one_of = list(require_one_of or [])
+    require = list(require or [])
+    dest = os.path.abspath(dest)
+    result: Dict[str, Any] = {"changed": False, "path": dest, "sha256": pin}
+    marker = read_marker(dest)
+    if marker is not None and marker.get("sha256") == pin:
+        result.update(_describe(dest, require_one_of, require))
+        return result
+    if (archive is None) == (src_dir is None):
+        raise ArtifactError("install needs exactly one of archive or src_dir")
+    result["changed"] = True
+    if check_mode:
+        return result
+    if archive is not None:
+        if not os.path.isfile(archive):
+            raise ArtifactError(f"{archive}: no such archive to install as {dest}")
+        actual = sha256_file(archive)
+        if actual != pin:
+            os.unlink(archive)
+            raise ChecksumMismatch(archive, pin, actual)
+    elif not os.path.isdir(src_dir or ""):
+        raise ArtifactError(f"{src_dir}: no such directory to install as {dest}")
+    parent = os.path.dirname(dest)
+    os.makedirs(parent, exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=f".tmp-{os.path.basename(dest)}-", dir=parent)
+    old = None
+    try:
+        os.chmod(stage, 0o755)
+        if archive is not None:
+            _extract(archive, stage)
+        else:
+            _copy_tree(src_dir or "", stage)
+        missing = [name for name in require if find_binary(stage, [name]) is None]
+        if require_one_of and find_binary(stage, require_one_of) is None:
+            missing.append(" or ".join(require_one_of))
+        if missing:
+            what = archive or src_dir
+            raise LayoutError(f"{what}: no executable {', '.join(missing)} in it; nothing was installed")
+        record = dict(info or {})
+        record["sha256"] = pin
+        with open(os.path.join(stage, MARKER), "w", encoding="utf-8") as handle:
+            json.dump(record, handle, sort_keys=True)
+            handle.write("\n")
+        if os.path.lexists(dest):
+            old = tempfile.mkdtemp(prefix=f".old-{os.path.basename(dest)}-", dir=parent)
+            os.rename(dest, os.path.join(old, "tree"))
+        os.rename(stage, dest)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        if old is not None and not os.path.lexists(dest):
+            os.rename(os.path.join(old, "tree"), dest)
+            shutil.rmtree(old, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    result.update(_describe(dest, require_one_of, require))
+    return result
+
+
+def leftovers(parent: str) -> List[str]:
+    """Staging or replaced directories that a crashed run left under ``parent``."""
+    try:
+        names = os.listdir(parent)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return []
+        raise
+    return sorted(n for n in names if n.startswith((".tmp-", ".old-")))
