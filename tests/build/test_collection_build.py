@@ -64,12 +64,17 @@ def test_build_install_and_use(tmp_path: Path) -> None:
     # A playbook of the installed collection runs from there, by its FQCN.
     playbooks = sorted(p.stem for p in (target / "playbooks").glob("*.yml"))
     assert playbooks, "the installed collection has no playbooks"
-    inventory = tmp_path / "inventory.ini"
-    inventory.write_text("[llm_head]\nlocalhost ansible_connection=local\n")
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(
+        "all:\n  children:\n    llm_head:\n      hosts:\n        localhost:\n"
+        "          ansible_connection: local\n"
+        "          ansible_python_interpreter: '{{ ansible_playbook_python }}'\n"
+    )
     probe = _run(
         ["ansible-playbook", "-i", str(inventory), "llmfleet.cluster.probe"],
         env,
         tmp_path,
     )
     assert probe.returncode == 0, probe.stdout[-3000:] + probe.stderr[-2000:]
-    assert "localhost" in probe.stdout
+    # the fleet summary line of the probe role, printed from the installed copy
+    assert "localhost" in probe.stdout and "usable" in probe.stdout, probe.stdout[-2000:]
