@@ -1,0 +1,272 @@
+"""Must-shows of the systemd target on real hosts (run by molecule's verify step, in file order).
+
+Talks only to this scenario's containers (podman exec, their addresses on the scenario's
+network). Prints every figure it asserts on, so the molecule log is the measurement record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+HEAD = "rpc-head"
+HOSTS = ["rpc-head", "rpc-w1", "rpc-w2", "rpc-w3"]
+SCENARIO = Path(__file__).resolve().parents[1]
+ROOT = SCENARIO.parents[1]
+API_PORT = 8080
+RPC_UNIT = "llmfleet-rpc-server.service"
+HEAD_UNIT = "llmfleet-llama-server.service"
+
+
+def sh(host: str, command: str, check: bool = True, timeout: float = 60) -> str:
+    proc = subprocess.run(
+        ["podman", "exec", host, "sh", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{host}: {command!r} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def plan() -> dict:
+    return json.loads(sh(HEAD, "cat /etc/llmfleet/plan.json"))
+
+
+class Secret(str):
+    """The API key: a str whose repr never shows it (pytest prints arguments on failure)."""
+
+    def __repr__(self) -> str:
+        return "'<api key>'"
+
+
+@pytest.fixture(scope="module")
+def api_key() -> str:
+    key = Secret(sh(HEAD, "cat /etc/llmfleet/api-key").strip())
+    assert len(key) >= 20
+    return key
+
+
+def host_entry(plan: dict, name: str) -> dict:
+    return next(h for h in plan["hosts"] if h["name"] == name)
+
+
+def api_url(plan: dict) -> str:
+    return f"http://{host_entry(plan, plan['head'])['address']}:{API_PORT}/v1/chat/completions"
+
+
+def chat(plan: dict, key: str, prompt: str = "Say hello.", max_tokens: int = 8, timeout: float = 30) -> dict:
+    body = json.dumps(
+        {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0}
+    ).encode()
+    request = urllib.request.Request(
+        api_url(plan),
+        data=body,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.load(response)
+
+
+def wait_answer(plan: dict, key: str, limit: float) -> float:
+    """Seconds until the API gives a non-empty completion (polling every 0.5 s)."""
+    start = time.monotonic()
+    last = ""
+    while time.monotonic() - start < limit:
+        try:
+            reply = chat(plan, key, timeout=20)
+            if reply["choices"][0]["message"]["content"]:
+                return time.monotonic() - start
+        except (OSError, urllib.error.URLError, ValueError, KeyError) as exc:
+            last = str(exc)
+        time.sleep(0.5)
+    raise AssertionError(f"no answer within {limit:.0f} s (last error: {last})")
+
+
+def supervisor_state() -> dict:
+    return json.loads(sh(HEAD, "cat /run/llmfleet/supervisor.json"))
+
+
+def journal(host: str, unit: str, since: str) -> str:
+    return sh(host, f"journalctl -u {unit} --since '{since}' --no-pager -o cat", check=False)
+
+
+def now_on(host: str) -> str:
+    return sh(host, "date '+%Y-%m-%d %H:%M:%S'").strip()
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def test_site_again_with_v_changes_nothing_and_never_shows_the_key(api_key: str) -> None:
+    inventory = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "inventory"
+    start = time.monotonic()
+    proc = subprocess.run(
+        ["ansible-playbook", "-v", "-i", str(inventory), str(SCENARIO / "converge.yml")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    took = time.monotonic() - start
+    log = proc.stdout + proc.stderr
+    (Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "site-v.log").write_text(log)
+    # The secret check first: it must hold whether or not the run succeeds.
+    assert api_key not in log, "the API key appears in the -v output"
+    assert proc.returncode == 0, log[-3000:]
+    recap = re.findall(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)", log, re.M)
+    print(f"\nsite.yml -v second run: {took:.1f} s; recap {recap}")
+    assert {h for h, _, _ in recap} >= set(HOSTS)
+    assert all(changed == "0" for _, _, changed in recap), recap
+    print(f"site.yml -v output: {len(log)} characters, the API key appears 0 times")
+
+
+def test_site_in_check_mode_reports_no_change() -> None:
+    inventory = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "inventory"
+    proc = subprocess.run(
+        ["ansible-playbook", "--check", "-i", str(inventory), str(SCENARIO / "converge.yml")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    recap = re.findall(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)", log, re.M)
+    print(f"\nsite.yml --check on the converged fleet: recap {recap}")
+    assert all(changed == "0" for _, _, changed in recap), recap
+
+
+def test_rpc_server_memory_is_within_the_plan_plus_10_percent(plan: dict, api_key: str) -> None:
+    # Touch every layer once more so the figures include a forward pass.
+    chat(plan, api_key, prompt="Count from one to twenty.", max_tokens=48, timeout=120)
+    rows = []
+    for name in plan["workers"]:
+        pid = sh(name, f"systemctl show -p MainPID --value {RPC_UNIT}").strip()
+        status = sh(name, f"cat /proc/{pid}/status")
+        fields = {
+            k: int(v.split()[0]) / 1024 for k, v in re.findall(r"^(VmRSS|VmHWM):\s+(.+)$", status, re.M)
+        }
+        cgroup_peak = int(sh(name, "cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes")) / 2**20
+        predicted = host_entry(plan, name)["predicted_mib"]["total"]
+        rows.append((name, fields["VmRSS"], fields["VmHWM"], cgroup_peak, predicted))
+    print("\nworker   rss MiB  peak rss MiB  container cgroup peak MiB  plan total MiB  limit (+10%)")
+    for name, rss, hwm, cg, predicted in rows:
+        print(f"{name:8} {rss:8.1f} {hwm:13.1f} {cg:26.1f} {predicted:15.1f} {predicted * 1.1:12.1f}")
+    over = [(n, hwm, p) for n, _, hwm, _, p in rows if hwm > p * 1.1]
+    assert not over, f"rpc-server peak RSS above the plan + 10%: {over}"
+
+
+def test_drill3_rpc_port_only_reachable_from_the_head(plan: dict) -> None:
+    probe = (
+        'python3 -c "import socket,sys\n'
+        "try:\n socket.create_connection(('{addr}', {port}), timeout=3).close(); print('open')\n"
+        "except OSError as e: print('closed', type(e).__name__)\""
+    )
+    results = []
+    for worker in plan["workers"]:
+        entry = host_entry(plan, worker)
+        for source in HOSTS:
+            out = sh(source, probe.format(addr=entry["address"], port=entry["port"])).strip()
+            results.append((source, worker, out))
+            if source == HEAD:
+                assert out == "open", f"the head cannot reach {worker}: {out}"
+            else:
+                assert out.startswith("closed"), f"{source} reached {worker}'s rpc port: {out}"
+    for source, worker, out in results:
+        print(f"drill 3: {source:8} -> {worker}:{host_entry(plan, worker)['port']}  {out}")
+
+
+def test_drill1_worker_restart_mid_request(plan: dict, api_key: str) -> None:
+    worker = plan["workers"][0]
+    outcome: dict = {}
+    got_tokens = threading.Event()
+
+    def long_request() -> None:
+        body = json.dumps(
+            {
+                "messages": [{"role": "user", "content": "Tell a very long story about the sea."}],
+                "max_tokens": 3000,
+                "stream": True,
+                "temperature": 0.8,
+            }
+        ).encode()
+        req = urllib.request.Request(api_url(plan), data=body, headers={"Authorization": f"Bearer {api_key}"})
+        chunks = 0
+        try:
+            with urllib.request.urlopen(req, timeout=120) as response:
+                for line in response:
+                    if line.startswith(b"data: {"):
+                        chunks += 1
+                        got_tokens.set()
+                    if line.strip() == b"data: [DONE]":
+                        outcome["done"] = True
+        except Exception as exc:  # the server dies under the request: any error is the point
+            outcome["error"] = type(exc).__name__
+        outcome["chunks"] = chunks
+        got_tokens.set()
+
+    since = now_on(HEAD)
+    thread = threading.Thread(target=long_request)
+    thread.start()
+    assert got_tokens.wait(60), "the long request never streamed a token"
+    sh(worker, f"systemctl stop {RPC_UNIT}")
+    thread.join(130)
+    print(f"\ndrill 1: request outcome after stopping {worker}'s rpc-server: {outcome}")
+    assert not outcome.get("done"), "the request completed although a worker stopped under it"
+    time.sleep(5)
+    sh(worker, f"systemctl start {RPC_UNIT}")
+    back = wait_answer(plan, api_key, 60)
+    print(f"drill 1: API answered again {back:.1f} s after {worker}'s rpc-server came back")
+    print(journal(HEAD, HEAD_UNIT, since))
+    assert back <= 15
+    assert supervisor_state()["workers"] == sorted(plan["workers"])
+
+
+def test_drill2_worker_powered_off_replans_on_the_fallback(plan: dict, api_key: str) -> None:
+    usable = [
+        f for f in plan.get("fallbacks", []) if len(f["workers"]) == len(plan["workers"]) - 1 and f["ok"]
+    ]
+    refused = [
+        f for f in plan.get("fallbacks", []) if len(f["workers"]) == len(plan["workers"]) - 1 and not f["ok"]
+    ]
+    if usable:
+        survivors = usable[-1]["workers"]
+    else:
+        assert refused, "the plan has no fallback entry for a set of n-1 workers"
+        survivors = refused[-1]["workers"]
+    (gone,) = set(plan["workers"]) - set(survivors)
+    since = now_on(HEAD)
+    start = time.monotonic()
+    subprocess.run(["podman", "stop", "-t", "10", gone], check=True, capture_output=True)
+    if not usable:
+        time.sleep(45)
+        log = journal(HEAD, HEAD_UNIT, since)
+        print(f"\ndrill 2: {gone} powered off; the plan has no fallback that fits:\n{log}")
+        assert "refused" in log
+        return
+    limit = 120
+    while time.monotonic() - start < limit:
+        state = supervisor_state()
+        if state.get("status") == "running" and state.get("workers") == sorted(survivors):
+            break
+        time.sleep(1)
+    wait_answer(plan, api_key, 60)
+    total = time.monotonic() - start
+    state = supervisor_state()
+    print(f"\ndrill 2: {gone} powered off; supervisor now runs {state['entry']} for {state['workers']}")
+    print(f"drill 2: API answered on the fallback {total:.1f} s after the power-off")
+    print(journal(HEAD, HEAD_UNIT, since))
+    assert state["workers"] == sorted(survivors)
+    assert total <= limit + 60

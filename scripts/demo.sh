@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Bring up a fleet of podman systemd hosts described by an inventory and serve a model split
+# across them with playbooks/site.yml; or remove that fleet.
+#
+#   bash scripts/demo.sh up   [INVENTORY]   (make demo      DEMO_INVENTORY=...)
+#   bash scripts/demo.sh down [INVENTORY]   (make demo-down DEMO_INVENTORY=...)
+#
+# The inventory describes the "hardware": `demo_podman: {memory, cpus}` per host, and in its
+# group_vars `demo_network: {name, subnet, gateway}`, `demo_image`, `demo_mirror_port`. The
+# pinned llama.cpp tarball and the model are served to the hosts from an HTTP mirror on the
+# network's gateway while site.yml runs (the same URL code path a real fleet uses); the fleet is
+# left running with a line saying how to talk to it.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=/dev/null
+source scripts/env.sh
+
+action=${1:-}
+inventory=${2:-inventories/demo}
+case $action in up | down) ;; *)
+  echo "usage: $0 up|down [INVENTORY]" >&2
+  exit 2
+  ;;
+esac
+[[ -d $inventory || -f $inventory ]] || {
+  echo "demo: no inventory at $inventory" >&2
+  exit 2
+}
+state=$CACHE/demo/$(basename "$(cd "$(dirname "$inventory")" && pwd)/$(basename "$inventory")")
+mkdir -p "$state"
+
+# Read the fleet's description once: one "key value..." line per fact.
+ansible-inventory -i "$inventory" --list >"$state/inventory.json"
+spec=$(
+  python3 - "$state/inventory.json" <<'EOF'
+import json, sys
+inv = json.load(open(sys.argv[1]))
+hv = inv.get("_meta", {}).get("hostvars", {})
+def hosts(group):
+    return inv.get(group, {}).get("hosts", [])
+heads, workers = hosts("llm_head"), hosts("llm_workers")
+if len(heads) != 1 or not workers:
+    sys.exit(f"demo: the inventory needs exactly one llm_head host and llm_workers (got {heads}, {workers})")
+any_vars = hv[heads[0]]
+net = any_vars.get("demo_network") or {}
+for key in ("name", "subnet", "gateway"):
+    if not net.get(key):
+        sys.exit(f"demo: demo_network.{key} is not set in the inventory")
+print("network", net["name"], net["subnet"], net["gateway"])
+print("image", any_vars.get("demo_image", "localhost/llmfleet-host:bookworm"))
+print("mirror_port", any_vars.get("demo_mirror_port", 18960))
+print("head", heads[0])
+for name in heads + workers:
+    pod = hv[name].get("demo_podman") or {}
+    print("host", name, pod.get("memory", "512m"), pod.get("cpus", 1))
+EOF
+)
+get() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' <<<"$spec"; }
+read -r net_name net_subnet net_gateway <<<"$(get network)"
+image=$(get image)
+mirror_port=$(get mirror_port)
+head=$(get head)
+mapfile -t host_lines < <(get host)
+
+stop_mirror() {
+  if [[ -f $state/mirror.pid ]]; then
+    kill "$(cat "$state/mirror.pid")" 2>/dev/null || true
+    rm -f "$state/mirror.pid"
+  fi
+}
+
+if [[ $action == down ]]; then
+  stop_mirror
+  for line in "${host_lines[@]}"; do
+    read -r name _ <<<"$line"
+    podman rm -f -t 5 "$name" >/dev/null 2>&1 && echo "demo: removed $name" || true
+  done
+  podman network rm "$net_name" >/dev/null 2>&1 && echo "demo: removed network $net_name" || true
+  rm -rf "$state"
+  exit 0
+fi
+
+start=$(date +%s)
+trap stop_mirror EXIT
+
+# 1. The network and one systemd container per host, with its memory and CPU limits.
+if ! podman network exists "$net_name"; then
+  podman network create --subnet "$net_subnet" --gateway "$net_gateway" "$net_name" >/dev/null
+  echo "demo: created network $net_name ($net_subnet)"
+fi
+for line in "${host_lines[@]}"; do
+  read -r name memory cpus <<<"$line"
+  if podman container exists "$name"; then
+    podman start "$name" >/dev/null
+    continue
+  fi
+  # NET_ADMIN: the role manages an nftables table inside the host (its firewall).
+  podman run -d --name "$name" --hostname "$name" --network "$net_name" --systemd always \
+    --memory "$memory" --memory-swap "$memory" --cpus "$cpus" --cap-add NET_ADMIN \
+    "$image" /sbin/init >/dev/null
+  echo "demo: started host $name (memory $memory, cpus $cpus)"
+done
+for line in "${host_lines[@]}"; do
+  read -r name _ <<<"$line"
+  for _ in $(seq 1 60); do
+    s=$(podman exec "$name" systemctl is-system-running 2>/dev/null || true)
+    [[ $s == running || $s == degraded ]] && break
+    sleep 0.5
+  done
+done
+
+# 2. The mirror: the pinned artifacts on the network's gateway (hard links, no copies).
+mkdir -p "$state/mirror"
+for f in "$CACHE"/dist/llama-*-bin-ubuntu-x64.tar.gz "$CACHE"/dist/llama.cpp-*-src.tar.gz \
+  "$CACHE"/models/gemma-3-270m-Q4_K_M.gguf; do
+  [[ -f $f ]] || {
+    echo "demo: missing $f (run make test-artifacts)" >&2
+    exit 1
+  }
+  ln -f "$f" "$state/mirror/" 2>/dev/null || cp -f "$f" "$state/mirror/"
+done
+stop_mirror
+python3 -m tests.support.http_mirror "$state/mirror" --port "$mirror_port" --bind "$net_gateway" \
+  >"$state/mirror.log" 2>&1 &
+echo $! >"$state/mirror.pid"
+for _ in $(seq 1 50); do
+  curl -s -o /dev/null "http://$net_gateway:$mirror_port/" && break
+  sleep 0.1
+done
+
+# 3. site.yml: probe -> plan -> artifacts -> deploy -> verify.
+site_start=$(date +%s)
+if ! ansible-playbook -i "$inventory" playbooks/site.yml -e "llmfleet_output_dir=$state/out" \
+  | tee "$state/site.log"; then
+  echo "demo: site.yml failed; the log is $state/site.log" >&2
+  exit 1
+fi
+site_time=$(($(date +%s) - site_start))
+stop_mirror
+
+# 4. The plan, a real answer, how to talk to it.
+echo
+echo "==== plan ($state/out/plan.md)"
+cat "$state/out/plan.md" 2>/dev/null || echo "(no plan.md written)"
+echo
+echo "==== a real answer through $head"
+podman exec "$head" sh -c 'curl -s -m 120 http://127.0.0.1:8080/v1/chat/completions \
+  -H "Authorization: Bearer $(cat /etc/llmfleet/api-key)" -H "Content-Type: application/json" \
+  -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Write one sentence about the sea.\"}],\"max_tokens\":48}"' \
+  | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+t = r.get("timings", {})
+print("answer:", json.dumps(r["choices"][0]["message"]["content"]))
+print("tokens: %d in %.0f ms = %.1f tokens/s (prompt %.1f tokens/s)" % (
+    t.get("predicted_n", 0), t.get("predicted_ms", 0), t.get("predicted_per_second", 0),
+    t.get("prompt_per_second", 0)))'
+head_ip=$(podman inspect -f "{{(index .NetworkSettings.Networks \"$net_name\").IPAddress}}" "$head")
+echo
+echo "demo: site.yml took ${site_time}s; demo wall time $(($(date +%s) - start))s"
+echo "demo: the fleet is running. Talk to it (after 'source scripts/env.sh'):"
+echo "  curl http://$head_ip:8080/v1/chat/completions -H \"Authorization: Bearer \$(podman exec $head cat /etc/llmfleet/api-key)\" -H 'Content-Type: application/json' -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'"
+if [[ $inventory == inventories/demo ]]; then
+  echo "demo: remove it with: make demo-down"
+else
+  echo "demo: remove it with: make demo-down DEMO_INVENTORY=$inventory"
+fi

@@ -1,0 +1,169 @@
+"""The llama_rpc role's rendered systemd units and nftables ruleset, checked by the real tools.
+
+The templates are rendered with Ansible's own templar from the role's defaults and vars (plan
+values from a small plan), then `systemd-analyze verify` checks the units and `nft -c -f`
+checks the ruleset (both skip when the tool is missing on this machine).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+ROLE = ROOT / "roles" / "llama_rpc"
+
+PLAN = {
+    "head": "head1",
+    "workers": ["w1", "w2"],
+    "model": {"name": "tiny", "file": "tiny.gguf"},
+    "llama_server_args": ["--rpc", "10.9.0.3:50052,10.9.0.4:50053"],
+    "hosts": [
+        {"name": "head1", "role": "head", "address": "10.9.0.2", "endpoint": None, "threads": 4},
+        {"name": "w1", "role": "worker", "address": "10.9.0.3", "port": 50052, "endpoint": "10.9.0.3:50052"},
+        {"name": "w2", "role": "worker", "address": "10.9.0.4", "port": 50053, "threads": 3},
+    ],
+}
+
+
+def _trusted(value):
+    """Mark strings as templates, the way Ansible treats a role's defaults and vars files."""
+    try:
+        from ansible.template import trust_as_template  # ansible-core >= 2.19
+    except ImportError:  # pragma: no cover - older ansible-core trusts every string
+        return value
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, dict):
+        return {k: _trusted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    return value
+
+
+def render(template: str, host: str, extra: dict | None = None) -> str:
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    variables: dict = {}
+    variables.update(_trusted(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())))
+    variables.update(_trusted(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())))
+    variables.update(
+        {
+            "llmfleet_plan": PLAN,
+            "llmfleet_host": {"cpus": 2},
+            "inventory_hostname": host,
+            "ansible_managed": "Ansible managed",
+            "_llama_rpc_worker_binary_path": "/opt/llmfleet/llama.cpp/current/ggml-rpc-server",
+        }
+    )
+    variables.update(extra or {})
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return templar.template(_trusted((ROLE / "templates" / template).read_text()))
+
+
+def directive(text: str, key: str) -> list[str]:
+    return [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(key + "=")]
+
+
+def test_worker_unit_binds_the_plan_address_port_threads_and_hardens() -> None:
+    unit = render("systemd/llmfleet-rpc-server.service.j2", "w2")
+    (exec_start,) = directive(unit, "ExecStart")
+    assert exec_start.split() == [
+        "/opt/llmfleet/llama.cpp/current/ggml-rpc-server",
+        "--host",
+        "10.9.0.4",
+        "--port",
+        "50053",
+        "--threads",
+        "3",
+        "--cache",
+    ]
+    assert directive(unit, "User") == ["llmfleet"]
+    assert directive(unit, "ReadWritePaths") == ["/var/cache/llmfleet/rpc"]
+    assert "GGML_NO_BACKTRACE=1" in directive(unit, "Environment")
+    for key in ("NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp"):
+        assert directive(unit, key), key
+    assert directive(unit, "ProtectSystem") == ["strict"]
+
+
+def test_worker_threads_fall_back_to_the_probe_when_the_plan_has_none() -> None:
+    unit = render("systemd/llmfleet-rpc-server.service.j2", "w1", {"llmfleet_host": {"cpus": 6}})
+    assert "--threads 6" in directive(unit, "ExecStart")[0]
+
+
+def test_head_unit_runs_the_supervisor_with_key_file_and_metrics() -> None:
+    unit = render("systemd/llmfleet-llama-server.service.j2", "head1")
+    (exec_start,) = directive(unit, "ExecStart")
+    args = exec_start.split()
+    tail = args[args.index("--") + 1 :]
+    assert tail == [
+        "-m",
+        "/var/lib/llmfleet/models/tiny.gguf",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8080",
+        "--api-key-file",
+        "/etc/llmfleet/api-key",
+        "--metrics",
+    ]
+    assert "--api-key" not in args
+    assert args[args.index("--plan") + 1] == "/etc/llmfleet/plan.json"
+    assert directive(unit, "KillMode") == ["mixed"]
+
+
+def test_firewall_admits_only_the_head() -> None:
+    ruleset = render("systemd/firewall.nft.j2", "w1")
+    rules = [line.strip() for line in ruleset.splitlines() if "dport" in line]
+    assert rules == ["tcp dport 50052 ip saddr 10.9.0.2 accept", "tcp dport 50052 counter drop"]
+
+
+@pytest.mark.skipif(not shutil.which("nft") or os.geteuid() != 0, reason="needs nft and root")
+def test_firewall_ruleset_passes_nft_check(tmp_path: Path) -> None:
+    path = tmp_path / "firewall.nft"
+    path.write_text(render("systemd/firewall.nft.j2", "w2"))
+    proc = subprocess.run(["nft", "-c", "-f", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="needs systemd-analyze")
+@pytest.mark.parametrize(
+    ("template", "host"),
+    [
+        ("systemd/llmfleet-rpc-server.service.j2", "w1"),
+        ("systemd/llmfleet-llama-server.service.j2", "head1"),
+        ("systemd/llmfleet-firewall.service.j2", "w1"),
+    ],
+)
+def test_units_pass_systemd_analyze_verify(tmp_path: Path, template: str, host: str) -> None:
+    # Point the executables at files that exist here, keep everything else as rendered.
+    binary = tmp_path / "bin"
+    binary.mkdir()
+    for name in ("ggml-rpc-server", "llama-server"):
+        (binary / name).write_text("#!/bin/sh\n")
+        (binary / name).chmod(0o755)
+    text = render(
+        template,
+        host,
+        {
+            "_llama_rpc_worker_binary_path": str(binary / "ggml-rpc-server"),
+            "llama_rpc_llama_cpp_dir": str(binary),
+        },
+    )
+    unit = tmp_path / Path(template).name.removesuffix(".j2")
+    unit.write_text(text)
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True
+    )
+    problems = [
+        line
+        for line in (proc.stdout + proc.stderr).splitlines()
+        if line.strip() and "Failed to open" not in line and "Unit " not in line
+    ]
+    assert proc.returncode == 0 and not problems, proc.stdout + proc.stderr
