@@ -69,7 +69,8 @@ unit: venv link
 docs-check: venv link
 	@bash scripts/check-plugin-docs.sh
 
-manifests: venv link
+# The Kubernetes manifest tests also run the rendered pods' commands on podman hosts.
+manifests: venv link images test-artifacts
 	pytest -q tests/manifests
 
 build-check: venv
@@ -81,7 +82,7 @@ browser: venv link host-setup
 molecule: venv link images test-artifacts
 	@bash scripts/run-molecule.sh $(SCENARIO)
 
-test: venv link host-setup
+test: venv link host-setup images test-artifacts
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) docs-check

@@ -7,8 +7,8 @@ controller (``llmfleet_plan``) carries a complete placement for the planned work
 fallback for every subset of them. The supervisor
 
 1. finds the planned workers' endpoints (``--discovery``: ``static`` reads them from the
-   plan; a target where addresses move registers another ``Discovery`` class in
-   ``DISCOVERIES``),
+   plan; ``kubernetes`` lists the Ready rpc-server pods through the API server and keys them
+   by node name; another target registers its ``Discovery`` class in ``DISCOVERIES``),
 2. TCP-probes them until the answering set is stable (``--stable`` equal probes in a row),
 3. picks the entry whose ``workers`` equal that set: the plan itself when every planned
    worker answers, else - once the missing ones have been gone for ``--grace`` seconds - the

@@ -1,0 +1,155 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""What the Kubernetes manifests of llmfleet.cluster.llama_rpc need from the plan (pure).
+
+The plan is never recomputed here: its hosts and fallbacks are grouped by the Kubernetes
+architecture of each worker (one rpc-server DaemonSet per architecture), each group gets the
+largest predicted total MiB of its workers over the plan and its ok fallbacks (the memory
+request), the largest usable minus reserve MiB (the limit, which the plan never exceeds) and the
+smallest thread count; the llama.cpp pin of every architecture (workers and head) is looked up in
+the release table; whatever the pods would lack is reported in ``problems``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import math
+import os
+import re
+
+KUBE_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+RELEASE_FLAVOUR = {"amd64": "ubuntu-x64", "arm64": "ubuntu-arm64"}
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+UID = 65534
+NAMES = {
+    "head": "llama-server",
+    "workers": "llama-rpc-server",
+    "config": "llama-rpc",
+    "secret": "llama-rpc-api-key",
+    "account": "llama-server",
+    "data": "llama-server-data",
+    "api": "llama-server",
+    "headless": "llama-rpc-workers",
+}
+
+
+def kube_arch(host_fact):
+    """The Kubernetes architecture of a host from its llmfleet_host fact (amd64 when unknown)."""
+    fact = host_fact or {}
+    if fact.get("kube_arch"):
+        return str(fact["kube_arch"])
+    arch = str(fact.get("arch") or "amd64")
+    return KUBE_ARCH.get(arch, arch)
+
+
+def _entries(plan):
+    entries = list(plan.get("hosts") or [])
+    for fallback in plan.get("fallbacks") or []:
+        if fallback.get("ok"):
+            entries.extend(fallback.get("hosts") or [])
+    return entries
+
+
+def worker_groups(plan, host_facts):
+    """Architecture -> {workers, request_mib, limit_mib, threads} for the plan's workers."""
+    entries = _entries(plan)
+    first = {}
+    for host in plan.get("hosts") or []:
+        first.setdefault(host.get("name"), host)
+    groups = {}
+    for worker in plan.get("workers") or []:
+        arch = kube_arch(host_facts.get(worker))
+        mine = [e for e in entries if e.get("name") == worker]
+        need = max([float((e.get("predicted_mib") or {}).get("total", 0)) for e in mine] or [0.0])
+        host = first.get(worker, {})
+        allowed = float(host.get("usable_mib") or 0) - float(host.get("reserve_mib") or 0)
+        threads = int(host.get("threads") or 1)
+        group = groups.setdefault(arch, {"workers": [], "request_mib": 0, "limit_mib": 0, "threads": threads})
+        group["workers"].append(worker)
+        group["request_mib"] = max(group["request_mib"], math.ceil(need))
+        group["limit_mib"] = max(group["limit_mib"], math.floor(allowed))
+        group["threads"] = min(group["threads"], threads)
+    return groups
+
+
+def manifest_list(archs):
+    """The files, in apply order: Namespace first, the Secret flagged, one DaemonSet per arch."""
+
+    def item(template, number, kind, secret=False, arch=None, suffix=None):
+        entry = {
+            "template": "kubernetes/{0}.yaml.j2".format(template),
+            "file": "llama-rpc-{0:02d}-{1}.yaml".format(number, suffix or template),
+            "kind": kind,
+            "secret": secret,
+        }
+        if arch:
+            entry["arch"] = arch
+        return entry
+
+    out = [
+        item("namespace", 0, "Namespace"),
+        item("secret", 1, "Secret", secret=True),
+        item("configmap", 2, "ConfigMap"),
+        item("serviceaccount", 3, "ServiceAccount"),
+        item("role", 4, "Role"),
+        item("rolebinding", 5, "RoleBinding"),
+        item("networkpolicy", 6, "NetworkPolicy"),
+        item("service-workers", 7, "Service"),
+    ]
+    out += [item("daemonset", 8, "DaemonSet", arch=a, suffix="daemonset-" + a) for a in sorted(archs)]
+    out += [item("pvc", 9, "PersistentVolumeClaim"), item("deployment", 10, "Deployment")]
+    out.append(item("service-api", 11, "Service"))
+    return out
+
+
+def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build", pvc_size=""):
+    """Everything the templates need, and ``problems`` (empty when the pods can run)."""
+    problems = []
+    groups = worker_groups(plan, host_facts)
+    head = plan.get("head") or ""
+    head_arch = kube_arch(host_facts.get(head))
+    table = (releases or {}).get(str(build), {}) if build else {}
+    if not build:
+        problems.append("llama_rpc_k8s_llama_cpp_build (llama_cpp_build) is empty")
+    pins = {}
+    for arch in sorted(set(groups) | {head_arch}):
+        flavour = RELEASE_FLAVOUR.get(arch)
+        pin = table.get(flavour) or {} if flavour else {}
+        if not flavour:
+            problems.append("no llama.cpp release flavour for the architecture {0}".format(arch))
+        elif not pin.get("url") or not SHA256.match(str(pin.get("sha256") or "")):
+            problems.append(
+                "llama.cpp build {0} has no url and 64-hex sha256 for {1} ({2}) in "
+                "llama_rpc_k8s_llama_cpp_releases".format(build, flavour, arch)
+            )
+        else:
+            pins[arch] = {"flavour": flavour, "url": pin["url"], "sha256": pin["sha256"]}
+    model = plan.get("model") or {}
+    url = model_url or model.get("url") or ""
+    if not url:
+        problems.append(
+            "the pods download the model, but the plan has no model url (llmfleet_model.url) "
+            "and llama_rpc_k8s_model_url is empty"
+        )
+    sha = str(model.get("sha256") or "")
+    if not SHA256.match(sha):
+        problems.append("the plan has no 64-hex model sha256")
+    head_entry = next((h for h in plan.get("hosts") or [] if h.get("role") == "head"), {})
+    head_need = float((head_entry.get("predicted_mib") or {}).get("total", 0))
+    model_gib = math.ceil(int(model.get("bytes") or 0) / float(1 << 30))
+    out_dir = str(output_dir).rstrip("/") or "."
+    return {
+        "problems": problems,
+        "archs": groups,
+        "llama_cpp": pins,
+        "head": {"name": head, "arch": head_arch, "request_mib": math.ceil(head_need)},
+        "model": {"url": url, "sha256": sha, "file": os.path.basename(model.get("file") or "model.gguf")},
+        "pvc_size": pvc_size or "{0}Gi".format(model_gib + 2),
+        "uid": UID,
+        "manifest_dir": out_dir + "/manifests",
+        "key_file": out_dir + "/llama-rpc-api-key",
+        "names": dict(NAMES),
+        "manifests": manifest_list(groups),
+    }
