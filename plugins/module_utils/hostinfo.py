@@ -108,6 +108,10 @@ ARM_PARTS = {
     ("0xc0", "0xac3"): "Ampere-1",
 }
 
+# Process names (/proc/<pid>/comm, at most 15 characters) of the llama.cpp servers llmfleet runs:
+# a redeploy replaces them, so the probe counts their resident memory as usable.
+OWN_PROCESSES = ("ggml-rpc-server", "rpc-server", "llama-server")
+
 GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
 
 GPU_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}
@@ -600,34 +604,112 @@ def _read_int(tree: Tree, rel: str, allow_max: bool = False) -> Optional[int]:
         raise _bad_value(tree.show(rel), value) from None
 
 
+def _file_cache(tree: Tree, directory: str, version: int) -> Tuple[int, int]:
+    """(inactive, active) file page cache charged to a cgroup (memory.stat); 0 when absent.
+
+    cgroup v1 reports the hierarchy's totals as ``total_inactive_file`` / ``total_active_file``;
+    v2 reports ``inactive_file`` / ``active_file`` (hierarchical already). Page cache is what
+    MemAvailable counts as available too: the kernel reclaims it before it OOM-kills anything.
+    """
+    rel = directory + "/memory.stat"
+    text = tree.read(rel, required=False)
+    if text is None:
+        return 0, 0
+    stats = parse_key_value(text, tree.show(rel), separator=" ")
+    prefix = "total_" if version == 1 else ""
+    values = []
+    for key in (prefix + "inactive_file", prefix + "active_file"):
+        try:
+            values.append(int(stats.get(key, "0")))
+        except ValueError:
+            raise _bad_value(tree.show(rel), "%s %s" % (key, stats[key])) from None
+    return values[0], values[1]
+
+
 def cgroup_memory(tree: Tree, version: Optional[int], dirs: Sequence[str]) -> Dict[str, Any]:
-    """The binding memory limit along the chain: the level with the least room (limit - usage)."""
+    """The binding memory limit along the chain: the level with the least room (limit - usage).
+
+    ``usage`` is the usage file minus the clean-or-not file page cache of memory.stat (inactive
+    and active; never below 0): what the kernel cannot drop before it OOM-kills. ``raw_usage``
+    is the usage file itself; ``active_file`` the active page cache it left out.
+    """
     if version == 1:
         limit_file, usage_file = "memory.limit_in_bytes", "memory.usage_in_bytes"
     elif version == 2:
         limit_file, usage_file = "memory.max", "memory.current"
     else:
-        return {"version": None, "limit": None, "usage": None}
-    binding: Optional[Tuple[int, int]] = None
-    leaf_usage: Optional[int] = None
+        return {"version": None, "limit": None, "usage": None, "raw_usage": None, "active_file": 0}
+
+    def working_set(directory: str) -> Tuple[int, int, int]:
+        raw = _read_int(tree, directory + "/" + usage_file) or 0
+        inactive, active = _file_cache(tree, directory, version)
+        return max(0, raw - inactive - active), raw, active
+
+    binding: Optional[Tuple[int, Tuple[int, int, int]]] = None
+    leaf: Optional[Tuple[int, int, int]] = None
     for index, directory in enumerate(dirs):
         limit_rel = directory + "/" + limit_file
         usage_rel = directory + "/" + usage_file
         if index == 0 and tree.exists(usage_rel):
-            leaf_usage = _read_int(tree, usage_rel)
+            leaf = working_set(directory)
         if not tree.exists(limit_rel):
             continue
         limit = _read_int(tree, limit_rel, allow_max=(version == 2))
         if limit is None or limit >= CGROUP_UNLIMITED_BYTES:
             continue
-        usage = _read_int(tree, usage_rel)
-        if usage is None:
-            continue
-        if binding is None or limit - usage < binding[0] - binding[1]:
-            binding = (limit, usage)
+        level = working_set(directory)
+        if binding is None or limit - level[0] < binding[0] - binding[1][0]:
+            binding = (limit, level)
     if binding is None:
-        return {"version": version, "limit": None, "usage": leaf_usage}
-    return {"version": version, "limit": binding[0], "usage": binding[1]}
+        return {
+            "version": version,
+            "limit": None,
+            "usage": leaf[0] if leaf else None,
+            "raw_usage": leaf[1] if leaf else None,
+            "active_file": leaf[2] if leaf else 0,
+        }
+    limit, (usage, raw, active) = binding
+    return {"version": version, "limit": limit, "usage": usage, "raw_usage": raw, "active_file": active}
+
+
+def own_processes_rss(tree: Tree, names: Sequence[str]) -> Tuple[int, int, List[str]]:
+    """Resident memory of the processes whose /proc/<pid>/comm is one of ``names``.
+
+    These are llmfleet's own llama.cpp servers: a redeploy replaces them, so the memory they hold
+    is memory the plan may use. Returns (VmRSS bytes, the file-backed part of it (RssFile, e.g.
+    the mapped model; 0 on kernels without the Rss* lines), ["name[pid]", ...]). Processes that
+    exit while being read, and zombies (no VmRSS), are skipped.
+    """
+    wanted = set(names)
+    total = 0
+    file_backed = 0
+    found: List[str] = []
+    if not wanted:
+        return 0, 0, found
+    pids = [p for p in tree.listdir("proc") if p.isdigit()]
+    for pid in sorted(pids, key=int):
+        comm = tree.read("proc/%s/comm" % pid, required=False)
+        if comm is None or comm.strip() not in wanted:
+            continue
+        status_rel = "proc/%s/status" % pid
+        text = tree.read(status_rel, required=False)
+        if text is None:
+            continue
+        status = parse_key_value(text, tree.show(status_rel))
+        if "VmRSS" not in status:
+            continue
+        values = {}
+        for key in ("VmRSS", "RssFile"):
+            if key not in status:
+                continue
+            fields = status[key].split()
+            if len(fields) != 2 or not fields[0].isdigit() or fields[1] != "kB":
+                raise _bad_value(tree.show(status_rel), "%s: %s" % (key, status[key]))
+            values[key] = int(fields[0]) * 1024
+        total += values["VmRSS"]
+        file_backed += min(values.get("RssFile", 0), values["VmRSS"])
+        found.append("%s[%s]" % (comm.strip(), pid))
+    return total, file_backed, found
 
 
 def cgroup_cpu_quota(tree: Tree, version: Optional[int], dirs: Sequence[str]) -> Optional[float]:
@@ -865,8 +947,46 @@ def _mib(value: Optional[int]) -> Optional[int]:
     return None if value is None else value // MIB
 
 
-def probe(root: str = "/", disk_path: str = "/", min_glibc: str = RELEASE_MIN_GLIBC) -> Dict[str, Any]:
-    """Read the machine under ``root`` and return the ``llmfleet_host`` fact."""
+def usable_memory(
+    total: int, available: int, cgroup: Dict[str, Any], resident: int = 0, resident_file: int = 0
+) -> Dict[str, Any]:
+    """The memory part of the fact (MiB) from bytes: what a model may take on this host.
+
+    usable = min(MemAvailable, cgroup limit - cgroup usage without page cache) + reclaimable,
+    never more than the cgroup limit or MemTotal. ``reclaimable`` is the anonymous memory of our
+    own llama.cpp processes (``resident - resident_file``: VmRSS minus RssFile), which a redeploy
+    replaces; their file-backed pages (the mapped model) are page cache, counted as available
+    by both terms already.
+    """
+    usable = available
+    reclaimable = max(0, resident - resident_file)
+    if cgroup.get("limit") is not None:
+        usable = min(available, max(0, cgroup["limit"] - (cgroup.get("usage") or 0)))
+    ceiling = total if cgroup.get("limit") is None else min(total, cgroup["limit"])
+    usable = min(usable + reclaimable, ceiling)
+    return {
+        "total_mib": _mib(total),
+        "available_mib": _mib(available),
+        "cgroup_version": cgroup.get("version"),
+        "cgroup_limit_mib": _mib(cgroup.get("limit")),
+        "cgroup_usage_mib": _mib(cgroup.get("usage")),
+        "cgroup_raw_usage_mib": _mib(cgroup.get("raw_usage")),
+        "reclaimable_mib": _mib(reclaimable),
+        "usable_mib": _mib(usable),
+    }
+
+
+def probe(
+    root: str = "/",
+    disk_path: str = "/",
+    min_glibc: str = RELEASE_MIN_GLIBC,
+    own_processes: Sequence[str] = OWN_PROCESSES,
+) -> Dict[str, Any]:
+    """Read the machine under ``root`` and return the ``llmfleet_host`` fact.
+
+    ``own_processes`` are the process names (/proc/<pid>/comm) of llmfleet's own servers whose
+    resident memory counts as usable (``memory.reclaimable_mib``).
+    """
     tree = Tree(root)
 
     processors, extra = parse_cpuinfo(tree.read("proc/cpuinfo") or "", tree.show("proc/cpuinfo"))
@@ -924,18 +1044,9 @@ def probe(root: str = "/", disk_path: str = "/", min_glibc: str = RELEASE_MIN_GL
         )
     mem_version, mem_dirs = cgroup_chain(tree, entries, mounts, "memory")
     cgroup = cgroup_memory(tree, mem_version, mem_dirs)
-    available = meminfo["MemAvailable"]
-    usable = available
-    if cgroup["limit"] is not None:
-        usable = min(available, max(0, cgroup["limit"] - cgroup["usage"]))
-    memory = {
-        "total_mib": _mib(meminfo["MemTotal"]),
-        "available_mib": _mib(available),
-        "cgroup_version": cgroup["version"],
-        "cgroup_limit_mib": _mib(cgroup["limit"]),
-        "cgroup_usage_mib": _mib(cgroup["usage"]),
-        "usable_mib": _mib(usable),
-    }
+    resident, resident_file, own = own_processes_rss(tree, own_processes)
+    memory = usable_memory(meminfo["MemTotal"], meminfo["MemAvailable"], cgroup, resident, resident_file)
+    memory["own_processes"] = own
 
     accelerators = pci_accelerators(tree)
 

@@ -952,7 +952,169 @@ def plan_llama_cpp(
         "table": render_table(entry["hosts"]),
     }
     plan["fallbacks"] = fallback_plans(model, head_host, placement.workers, opts) if fallbacks else []
+    plan["planned_with"] = planned_with(head_host, worker_hosts, opts, reserve_mib)
     return plan
+
+
+def planned_with(head: Host, workers: Sequence[Host], opts: Options, reserve_mib: float) -> Dict[str, Any]:
+    """The inputs a plan was computed from, except the measurements (usable MiB).
+
+    Recorded in the plan so that a later run can tell whether the same inputs would be planned
+    again (``keep_previous``): the options, the default reserve and every candidate host with its
+    address, port, cpus, reserve and speed.
+    """
+    return {
+        "options": dataclasses.asdict(opts),
+        "reserve_mib": float(reserve_mib),
+        "hosts": [
+            {
+                "name": h.name,
+                "role": h.role,
+                "address": h.address,
+                "port": h.port,
+                "cpus": h.cpus,
+                "reserve_mib": h.reserve_mib,
+                "speed": h.speed,
+            }
+            for h in [head, *workers]
+        ],
+    }
+
+
+def _changed_inputs(
+    previous: Dict[str, Any],
+    layout: Dict[str, Any],
+    model: Dict[str, Any],
+    recorded_now: Dict[str, Any],
+    backend: str,
+    target: str,
+) -> List[str]:
+    """Why the previous plan was made from other inputs than these (empty: the same inputs)."""
+    changes: List[str] = []
+    before = previous.get("model") or {}
+    file_name = model.get("file") or _basename(model.get("url"))
+    for key, now in (
+        ("sha256", model.get("sha256")),
+        ("url", model.get("url") or None),
+        ("file", file_name),
+        ("bytes", layout.get("file_bytes")),
+        ("n_layer", layout.get("n_layer")),
+    ):
+        if before.get(key) != now:
+            changes.append("model %s %r -> %r" % (key, before.get(key), now))
+    for key, now in (("backend", backend), ("target", target)):
+        if previous.get(key) != now:
+            changes.append("%s %r -> %r" % (key, previous.get(key), now))
+    recorded = previous.get("planned_with")
+    if not isinstance(recorded, dict):
+        return [*changes, "the previous plan does not record its inputs (planned_with)"]
+    options_before = recorded.get("options") or {}
+    for key, now in sorted(recorded_now["options"].items()):
+        if options_before.get(key) != now:
+            changes.append("option %s %r -> %r" % (key, options_before.get(key), now))
+    if recorded.get("reserve_mib") != recorded_now["reserve_mib"]:
+        changes.append("reserve_mib %r -> %r" % (recorded.get("reserve_mib"), recorded_now["reserve_mib"]))
+    hosts_before = {h.get("name"): h for h in recorded.get("hosts") or [] if isinstance(h, dict)}
+    hosts_now = {h["name"]: h for h in recorded_now["hosts"]}
+    for name in sorted(set(hosts_before) - set(hosts_now)):
+        changes.append("host %s is no longer a candidate" % name)
+    for name in sorted(set(hosts_now) - set(hosts_before)):
+        changes.append("host %s is a new candidate" % name)
+    for name in sorted(set(hosts_now) & set(hosts_before)):
+        for key, now in sorted(hosts_now[name].items()):
+            if hosts_before[name].get(key) != now:
+                changes.append("%s %s %r -> %r" % (name, key, hosts_before[name].get(key), now))
+    return changes
+
+
+def keep_previous(
+    previous: Any,
+    layout: Dict[str, Any],
+    model: Dict[str, Any],
+    head: Dict[str, Any],
+    workers: Sequence[Dict[str, Any]],
+    options: Optional[Dict[str, Any]] = None,
+    reserve_mib: float = DEFAULT_RESERVE_MIB,
+    backend: str = "llama_cpp",
+    target: str = "systemd",
+) -> Dict[str, Any]:
+    """Whether the previous plan still stands for these inputs and the current measurements.
+
+    It stands when it was made from the same inputs (the model by sha256, file and size; backend,
+    target, options, reserves; the same head and candidate workers with the same addresses, ports,
+    cpus and speeds, as recorded in its ``planned_with``) and every host it uses still has room for
+    its predicted total while keeping at least half of its reserve:
+    ``usable now - reserve - predicted total >= -reserve / 2``. Usable memory moves between runs
+    (the deployed services, journals); re-planning on every move would rewrite the plan and
+    restart services, and a fresh plan keeps the whole reserve.
+
+    Returns ``{"keep": bool, "reasons": [...], "hosts": rows with the current usable and headroom,
+    "table": those rows as text}`` (``hosts`` and ``table`` are empty when the inputs changed).
+    """
+    opts = Options(**(options or {}))
+    opts.check()
+    head_host, worker_hosts = hosts_from_dicts(head, workers, reserve_mib)
+    if not isinstance(previous, dict) or not previous:
+        return {"keep": False, "reasons": ["no previous plan"], "hosts": [], "table": ""}
+    if previous.get("version") != 1 or not isinstance(previous.get("hosts"), list) or not previous["hosts"]:
+        return {
+            "keep": False,
+            "reasons": ["the previous plan is not a version 1 plan with hosts"],
+            "hosts": [],
+            "table": "",
+        }
+    changes = _changed_inputs(
+        previous, layout, model, planned_with(head_host, worker_hosts, opts, reserve_mib), backend, target
+    )
+    if changes:
+        return {
+            "keep": False,
+            "reasons": ["the inputs changed: " + "; ".join(changes)],
+            "hosts": [],
+            "table": "",
+        }
+    current = {h.name: h for h in [head_host, *worker_hosts]}
+    rows: List[Dict[str, Any]] = []
+    short: List[str] = []
+    for row in previous["hosts"]:
+        host = current[row["name"]]
+        total = float(row["predicted_mib"]["total"])
+        headroom = round(host.budget_mib - total, 1)
+        rows.append(
+            {
+                **row,
+                "usable_mib": round(host.usable_mib, 1),
+                "reserve_mib": round(host.reserve_mib, 1),
+                "headroom_mib": headroom,
+            }
+        )
+        # A kept plan may use up to half of a host's reserve: measurements move between runs (the
+        # deployed services themselves, journals, caches); a fresh plan always keeps the whole reserve.
+        if headroom < -host.reserve_mib / 2.0:
+            short.append(
+                "%s needs %.1f MiB but has %.0f usable - %.0f reserve now (%.1f MiB short; a kept plan"
+                " may use half the reserve)"
+                % (host.name, total, host.usable_mib, host.reserve_mib, -headroom)
+            )
+    table = render_table(rows)
+    if short:
+        return {
+            "keep": False,
+            "reasons": ["a host shrank below its prediction: " + "; ".join(short)],
+            "hosts": rows,
+            "table": table,
+        }
+    tightest = min(rows, key=lambda r: r["headroom_mib"])
+    return {
+        "keep": True,
+        "reasons": [
+            "same model, options and hosts, and every host still fits its predicted total with at least"
+            " half of its reserve (least headroom now %.1f MiB on %s)"
+            % (tightest["headroom_mib"], tightest["name"])
+        ],
+        "hosts": rows,
+        "table": table,
+    }
 
 
 def fallback_plans(model: Model, head: Host, used: List[Host], opts: Options) -> List[Dict[str, Any]]:

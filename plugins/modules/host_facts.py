@@ -42,6 +42,16 @@ options:
       - The oldest glibc the llama.cpp release binaries run on (they are built on Ubuntu 22.04).
     type: str
     default: "2.35"
+  own_processes:
+    description:
+      - Names (as in C(/proc/<pid>/comm)) of llmfleet's own llama.cpp servers. Their anonymous
+        resident memory (C(VmRSS - RssFile) under O(root); their mapped files are page cache,
+        available already) is reported as C(memory.reclaimable_mib) and counted as usable, because a
+        redeploy replaces these processes; a second run on a serving fleet plans with it.
+      - An empty list counts nothing back.
+    type: list
+    elements: str
+    default: [ggml-rpc-server, rpc-server, llama-server]
   given:
     description:
       - An inventory-supplied C(llmfleet_host) to check and summarise instead of probing.
@@ -58,8 +68,10 @@ attributes:
     support: full
 notes:
   - Memory values are MiB, rounded down. C(usable_mib) is the least of C(MemAvailable) and the
-    cgroup limit minus the cgroup usage, taken at the level of the cgroup hierarchy with the least room.
-  - cgroup v1 counts page cache in C(memory.usage_in_bytes), so C(usable_mib) is conservative there.
+    cgroup limit minus the cgroup usage without the file page cache (inactive and active file of
+    C(memory.stat), which C(MemAvailable) counts as available too), taken at the level of the
+    cgroup hierarchy with the least room, plus C(reclaimable_mib) (what O(own_processes) hold), never more than the cgroup
+    limit or C(MemTotal).
 seealso:
   - name: The probe documentation
     description: docs/probe.md in the collection.
@@ -97,7 +109,8 @@ ansible_facts:
           C(default_ipv4), C(arch) (uname style, of the userland), C(kernel_arch), C(kube_arch),
           C(machine), C(cpu_model), C(cpu_bogomips), C(isa), C(cpus), C(cpus_online), C(cpu_quota),
           C(numa_nodes), C(memory) (C(total_mib), C(available_mib), C(cgroup_version),
-          C(cgroup_limit_mib), C(cgroup_usage_mib), C(usable_mib)), C(accelerators), C(libc),
+          C(cgroup_limit_mib), C(cgroup_usage_mib) (without page cache), C(cgroup_raw_usage_mib),
+          C(reclaimable_mib), C(own_processes), C(usable_mib)), C(accelerators), C(libc),
           C(glibc), C(os) (C(id), C(version), C(name)), C(disk_path), C(disk_free_mib) and
           C(backends) (C(llama_cpp) with C(status), C(flavour), C(flavours), C(reason);
           C(vllm_cpu) with C(status), C(image_arch), C(reason)).
@@ -110,7 +123,8 @@ ansible_facts:
         isa: [avx, avx2, f16c, fma]
         cpus: 2
         memory: {total_mib: 24000, available_mib: 20000, cgroup_version: 1,
-                 cgroup_limit_mib: 512, cgroup_usage_mib: 31, usable_mib: 481}
+                 cgroup_limit_mib: 512, cgroup_usage_mib: 31, cgroup_raw_usage_mib: 280,
+                 reclaimable_mib: 0, own_processes: [], usable_mib: 481}
         backends:
           llama_cpp: {status: release, flavour: ubuntu-x64}
           vllm_cpu: {status: limited, image_arch: x86_64}
@@ -146,6 +160,9 @@ def main():
             root=dict(type="path", default="/"),
             disk_path=dict(type="str", default="/"),
             min_glibc=dict(type="str", default="2.35"),
+            own_processes=dict(
+                type="list", elements="str", default=["ggml-rpc-server", "rpc-server", "llama-server"]
+            ),
             given=dict(type="dict"),
         ),
         supports_check_mode=True,
@@ -163,6 +180,7 @@ def main():
             root=module.params["root"],
             disk_path=module.params["disk_path"],
             min_glibc=module.params["min_glibc"],
+            own_processes=module.params["own_processes"],
         )
     except HostInfoError as err:
         module.fail_json(msg=str(err))

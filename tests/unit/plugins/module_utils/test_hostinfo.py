@@ -265,6 +265,48 @@ EXPECTED = {
         "cpu_model": "11th Gen Intel(R) Core(TM) i7-1165G7 @ 2.80GHz",
         "os": ("debian", "12"),
     },
+    # A serving fleet's head (cgroup v1, no cgroup namespace): usage_in_bytes 340 MiB includes 250 MiB
+    # of file page cache (the downloaded model); llama-server holds 96 MiB resident, 48 of it anonymous.
+    "podman-v1-head": {
+        "arch": "x86_64",
+        "kube_arch": "amd64",
+        "isa": sorted(AVX2),
+        "cpus": 2,
+        "numa_nodes": 1,
+        "available": 12288,
+        "limit": 352,
+        "usage": 340 - 200 - 50,  # usage minus the page cache (total_inactive_file, total_active_file)
+        "usable": (352 - 90) + 48,  # plus llama-server's anonymous memory, which a redeploy replaces
+        "glibc": "2.36",
+        "llama_cpp": ("release", "ubuntu-x64"),
+        "vllm_cpu": ("limited", "x86_64"),
+        "default_ipv4": "10.89.1.2",
+        "addresses": {"eth0": ["10.89.1.2"]},
+        "gpus": [],
+        "cpu_model": "AMD Ryzen 7 5800X 8-Core Processor",
+        "os": ("debian", "12"),
+    },
+    # A serving worker (cgroup v2 namespace): memory.current 150 MiB with 76 MiB file cache,
+    # ggml-rpc-server 70 MiB resident, 35 of it anonymous.
+    "podman-v2-worker": {
+        "arch": "x86_64",
+        "kube_arch": "amd64",
+        "isa": sorted([*AVX2, "avx512f", "avx512bw", "avx512vl", "avx512_vnni"]),
+        "cpus": 2,
+        "numa_nodes": 1,
+        "available": 11264,
+        "limit": 224,
+        "usage": 150 - 40 - 36,
+        "usable": (224 - 74) + 35,
+        "glibc": "2.36",
+        "llama_cpp": ("release", "ubuntu-x64"),
+        "vllm_cpu": ("supported", "x86_64"),
+        "default_ipv4": "10.89.1.3",
+        "addresses": {"eth0": ["10.89.1.3"]},
+        "gpus": [],
+        "cpu_model": "11th Gen Intel(R) Core(TM) i7-1165G7 @ 2.80GHz",
+        "os": ("debian", "12"),
+    },
 }
 
 MACHINES = sorted(EXPECTED)
@@ -403,6 +445,110 @@ def test_cgroup_v2_max_everywhere_is_unlimited(tmp_path: Path) -> None:
     assert memory["cgroup_limit_mib"] is None
     assert memory["cgroup_usage_mib"] == 32
     assert memory["usable_mib"] == memory["available_mib"]
+
+
+# --- a serving fleet: page cache and our own llama.cpp processes ------------------------------------
+
+
+def test_page_cache_is_not_counted_as_used_v1() -> None:
+    # Without our own processes counted back: limit - (usage - total_inactive_file - total_active_file)
+    # = 352 - 90. Counting the raw usage_in_bytes (340 MiB, mostly the model's page cache) would leave
+    # 12 MiB; the kubelet's working set (only the inactive cache left out) 212 MiB.
+    memory = hostinfo.probe(str(FIXTURES / "podman-v1-head"), own_processes=())["memory"]
+    assert (memory["cgroup_raw_usage_mib"], memory["cgroup_usage_mib"]) == (340, 90)
+    assert (memory["reclaimable_mib"], memory["own_processes"]) == (0, [])
+    assert memory["usable_mib"] == 262
+
+
+def test_page_cache_is_not_counted_as_used_v2() -> None:
+    memory = hostinfo.probe(str(FIXTURES / "podman-v2-worker"), own_processes=[])["memory"]
+    assert (memory["cgroup_raw_usage_mib"], memory["cgroup_usage_mib"]) == (150, 74)
+    assert memory["usable_mib"] == 224 - 74
+
+
+def test_v1_reads_the_hierarchical_totals_not_the_local_counters(tmp_path: Path) -> None:
+    # cgroup v1's hierarchical counters are total_*_file; the local inactive_file/active_file do not count
+    root = _copy(tmp_path, "podman-v1-head")
+    stat = root / "sys/fs/cgroup/memory/memory.stat"
+    stat.write_text("".join(line + "\n" for line in stat.read_text().splitlines() if "total_" not in line))
+    memory = hostinfo.probe(str(root), own_processes=())["memory"]
+    assert memory["cgroup_usage_mib"] == 340
+    assert memory["usable_mib"] == 12
+
+
+def test_our_own_servers_count_as_usable() -> None:
+    head = hostinfo.probe(str(FIXTURES / "podman-v1-head"))["memory"]
+    # llama-server pid 63: 96 MiB resident, 48 of them mapped from the model file (page cache, already
+    # available); the supervisor (python3), systemd and a zombie llama-server do not count
+    assert head["own_processes"] == ["llama-server[63]"]
+    assert (head["reclaimable_mib"], head["usable_mib"]) == (48, 262 + 48)
+    worker = hostinfo.probe(str(FIXTURES / "podman-v2-worker"))["memory"]
+    assert worker["own_processes"] == ["ggml-rpc-server[44]"]
+    assert (worker["reclaimable_mib"], worker["usable_mib"]) == (35, 150 + 35)
+
+
+def test_the_process_names_are_an_option() -> None:
+    root = str(FIXTURES / "podman-v1-head")
+    assert hostinfo.probe(root, own_processes=["ggml-rpc-server"])["memory"]["usable_mib"] == 262
+    memory = hostinfo.probe(root, own_processes=["llama-server", "python3"])["memory"]
+    assert memory["own_processes"] == ["python3[57]", "llama-server[63]"]
+    assert memory["reclaimable_mib"] == 48 + 10
+
+
+def test_the_measure_does_not_move_with_the_cache(tmp_path: Path) -> None:
+    # the same cache turning from inactive to active (read again) leaves usable memory where it was
+    root = _copy(tmp_path, "podman-v1-head")
+    stat = root / "sys/fs/cgroup/memory/memory.stat"
+    text = stat.read_text()
+    mib = 1024**2
+    text = text.replace(f"total_inactive_file {200 * mib}", f"total_inactive_file {20 * mib}")
+    text = text.replace(f"total_active_file {50 * mib}", f"total_active_file {230 * mib}")
+    stat.write_text(text)
+    assert hostinfo.probe(str(root))["memory"]["usable_mib"] == 262 + 48
+
+
+def test_the_file_backed_part_is_read_from_rssfile(tmp_path: Path) -> None:
+    mib = 1024**2
+    free = hostinfo.usable_memory(8000 * mib, 5000 * mib, {"limit": None}, 100 * mib, 60 * mib)
+    assert (free["reclaimable_mib"], free["usable_mib"]) == (40, 5040)
+    # a kernel without the Rss* lines: all of VmRSS counts as anonymous
+    root = _copy(tmp_path, "podman-v2-worker")
+    status = root / "proc/44/status"
+    status.write_text(
+        "".join(line + "\n" for line in status.read_text().splitlines() if not line.startswith("Rss"))
+    )
+    assert hostinfo.probe(str(root))["memory"]["reclaimable_mib"] == 70
+
+
+def test_usable_never_exceeds_the_limit_or_memtotal(tmp_path: Path) -> None:
+    root = _copy(tmp_path, "podman-v2-worker")
+    # nothing but cache charged, and 35 MiB of rpc-server counted back: still at most the 224 MiB limit
+    (root / "sys/fs/cgroup/memory.current").write_text(str(20 * 1024**2) + "\n")
+    memory = hostinfo.probe(str(root))["memory"]
+    assert (memory["cgroup_usage_mib"], memory["reclaimable_mib"], memory["usable_mib"]) == (0, 35, 224)
+    # no cgroup limit: MemAvailable + our servers, capped at MemTotal
+    assert (
+        hostinfo.usable_memory(1000 * 1024**2, 990 * 1024**2, {"limit": None}, 50 * 1024**2)["usable_mib"]
+        == 1000
+    )
+    assert (
+        hostinfo.usable_memory(1000 * 1024**2, 500 * 1024**2, {"limit": None}, 50 * 1024**2)["usable_mib"]
+        == 550
+    )
+
+
+def test_malformed_memory_stat_and_vmrss_are_named(tmp_path: Path) -> None:
+    root = _copy(tmp_path, "podman-v2-worker")
+    (root / "sys/fs/cgroup/memory.stat").write_text("anon 1\ninactive_file lots\n")
+    with pytest.raises(
+        HostInfoError, match=r"cannot parse .*/sys/fs/cgroup/memory.stat: 'inactive_file lots'"
+    ):
+        hostinfo.probe(str(root))
+    root = _copy(tmp_path / "b", "podman-v2-worker")
+    status = root / "proc/44/status"
+    status.write_text(status.read_text().replace("VmRSS:\t    71680 kB", "VmRSS:\t  71680 pages"))
+    with pytest.raises(HostInfoError, match=r"cannot parse .*/proc/44/status: 'VmRSS: 71680 pages'"):
+        hostinfo.probe(str(root))
 
 
 def test_old_glibc_and_musl_mean_a_source_build(tmp_path: Path) -> None:
@@ -647,7 +793,13 @@ def test_this_machine() -> None:
     fact = hostinfo.probe("/", "/tmp")
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
     assert fact["memory"]["total_mib"] == total
-    assert 0 <= fact["memory"]["usable_mib"] <= fact["memory"]["available_mib"] <= total
+    memory = fact["memory"]
+    # llama.cpp servers running here (e.g. in test containers) count back as reclaimable
+    assert memory["available_mib"] <= total
+    # (+ 1: each value is rounded down to MiB on its own)
+    assert 0 <= memory["usable_mib"] <= min(total, memory["available_mib"] + memory["reclaimable_mib"] + 1)
+    if not memory["own_processes"]:
+        assert memory["reclaimable_mib"] == 0
     assert fact["arch"] == os.uname().machine
     assert fact["hostname"] == socket.gethostname()
     assert 1 <= fact["cpus"] <= len(os.sched_getaffinity(0))

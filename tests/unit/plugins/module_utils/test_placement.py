@@ -2,6 +2,7 @@
 (against a brute-force oracle), the memory model and the plan's shape."""
 
 import itertools
+import json
 
 import pytest
 from ansible_collections.llmfleet.cluster.plugins.module_utils import placement as P
@@ -371,3 +372,136 @@ def test_vllm_spread_splits_equal_nodes_evenly_and_fewest_uses_one_stage():
         == "13,13"
     )
     assert P.plan_llama_cpp(lay, head, ws, {}, reserve_mib=16)["vllm"]["pp_layer_partition"] == "26"
+
+
+# ---------------------------------------------------------------------------------------------
+# A sticky plan: keep the previous plan while it was made from the same inputs and still fits
+
+STICKY_MODEL = {"name": "m", "url": "http://mirror/m.gguf", "sha256": "ab" * 32}
+STICKY_OPTS = {"head_layers": False, "context": 512, "min_workers": 3}
+
+
+def sticky_fleet(head_mib=60.0, a=100.0, b=100.0, c=100.0):
+    return host("head", head_mib), [host("a", a), host("b", b), host("c", c)]
+
+
+def sticky_plan(**usable):
+    lay = layout(n_layer=8, layer_mib=10)
+    lay["file_bytes"] = 123456789
+    head, ws = sticky_fleet(**usable)
+    plan = P.make_plan(lay, STICKY_MODEL, head, ws, STICKY_OPTS, 8, "llama_cpp", "systemd")
+    # what the role reads back from plan.json
+    return lay, json.loads(json.dumps(plan))
+
+
+def keep(previous, lay, head, ws, model=STICKY_MODEL, opts=STICKY_OPTS, reserve=8, target="systemd"):
+    return P.keep_previous(previous, lay, model, head, ws, opts, reserve, "llama_cpp", target)
+
+
+def test_the_plan_records_the_inputs_it_was_made_from():
+    _lay, plan = sticky_plan()
+    recorded = plan["planned_with"]
+    assert recorded["options"]["context"] == 512 and recorded["options"]["min_workers"] == 3
+    assert recorded["reserve_mib"] == 8
+    assert [(h["name"], h["role"], h["port"]) for h in recorded["hosts"]] == [
+        ("head", "head", 50052),
+        ("a", "worker", 50052),
+        ("b", "worker", 50052),
+        ("c", "worker", 50052),
+    ]
+    assert all("usable_mib" not in h for h in recorded["hosts"])  # measurements are not inputs
+
+
+def test_a_plan_that_still_fits_is_kept_when_memory_moves():
+    lay, previous = sticky_plan()
+    # every host measures a few MiB less on the second run: a fresh plan would differ ...
+    head, ws = sticky_fleet(57, 97.5, 99, 96)
+    fresh = P.make_plan(lay, STICKY_MODEL, head, ws, STICKY_OPTS, 8, "llama_cpp", "systemd")
+    assert [r["usable_mib"] for r in fresh["hosts"]] != [r["usable_mib"] for r in previous["hosts"]]
+    # ... but the previous one still fits every host, so it stands
+    verdict = keep(previous, lay, head, ws)
+    assert verdict["keep"], verdict["reasons"]
+    assert "every host still fits" in verdict["reasons"][0]
+    # the table shows the current measurements against the kept predictions
+    rows = {r["name"]: r for r in verdict["hosts"]}
+    for row in previous["hosts"]:
+        now = rows[row["name"]]
+        assert now["predicted_mib"] == row["predicted_mib"] and now["layers"] == row["layers"]
+        assert now["headroom_mib"] == pytest.approx(
+            now["usable_mib"] - 8 - row["predicted_mib"]["total"], abs=0.06
+        )
+    assert [rows[n]["usable_mib"] for n in ("head", "a", "b", "c")] == [57, 97.5, 99, 96]
+    assert "97" in verdict["table"] or "98" in verdict["table"]
+
+
+def test_a_host_that_shrank_below_its_prediction_forces_a_new_plan():
+    lay, previous = sticky_plan()
+    b_total = next(r for r in previous["hosts"] if r["name"] == "b")["predicted_mib"]["total"]
+    # reserve 8: a kept plan may use up to 4 MiB of it; half a MiB more is too much
+    head, ws = sticky_fleet(b=b_total + 4 - 0.5)
+    verdict = keep(previous, lay, head, ws)
+    assert not verdict["keep"]
+    assert verdict["reasons"][0].startswith("a host shrank below its prediction: b needs")
+    assert "4.5 MiB short" in verdict["reasons"][0]
+    # exactly half the reserve left still stands; a fresh plan would need the whole reserve
+    head, ws = sticky_fleet(b=b_total + 4)
+    assert keep(previous, lay, head, ws)["keep"]
+    # a host that shrank far below (the head measured 145 MiB less) re-plans
+    head, ws = sticky_fleet(head_mib=10)
+    assert not keep(previous, lay, head, ws)["keep"]
+
+
+@pytest.mark.parametrize(
+    ("change", "expect"),
+    [
+        ({"model": {**STICKY_MODEL, "sha256": "cd" * 32}}, "model sha256"),
+        ({"model": {**STICKY_MODEL, "url": "http://mirror/other.gguf"}}, "model url"),
+        ({"opts": {**STICKY_OPTS, "context": 1024}}, "option context 512 -> 1024"),
+        ({"opts": {**STICKY_OPTS, "output_layer": "head"}}, "option output_layer 'auto' -> 'head'"),
+        ({"opts": {**STICKY_OPTS, "cache_type_k": "q8_0"}}, "option cache_type_k"),
+        ({"reserve": 16}, "reserve_mib 8.0 -> 16.0"),
+        ({"target": "kubernetes"}, "target 'systemd' -> 'kubernetes'"),
+        ({"port": 50099}, "b port 50052 -> 50099"),
+        ({"address": "10.9.9.9"}, "b address"),
+        ({"drop": "c"}, "host c is no longer a candidate"),
+        ({"add": "d"}, "host d is a new candidate"),
+        ({"bytes": 1}, "model bytes 123456789 -> 1"),
+    ],
+)
+def test_changed_inputs_force_a_new_plan(change, expect):
+    lay, previous = sticky_plan()
+    head, ws = sticky_fleet()
+    if "port" in change:
+        ws[1]["port"] = change["port"]
+    if "address" in change:
+        ws[1]["address"] = change["address"]
+    if "drop" in change:
+        ws = [w for w in ws if w["name"] != change["drop"]]
+    if "add" in change:
+        ws.append(host(change["add"], 100))
+    if "bytes" in change:
+        lay = {**lay, "file_bytes": change["bytes"]}
+    verdict = keep(
+        previous,
+        lay,
+        head,
+        ws,
+        model=change.get("model", STICKY_MODEL),
+        opts=change.get("opts", STICKY_OPTS),
+        reserve=change.get("reserve", 8),
+        target=change.get("target", "systemd"),
+    )
+    assert not verdict["keep"]
+    assert verdict["reasons"][0].startswith("the inputs changed: ")
+    assert expect in verdict["reasons"][0]
+
+
+def test_no_usable_previous_plan_means_a_new_plan():
+    lay, previous = sticky_plan()
+    head, ws = sticky_fleet()
+    assert keep(None, lay, head, ws)["reasons"] == ["no previous plan"]
+    assert not keep({}, lay, head, ws)["keep"]
+    assert not keep({**previous, "version": 2}, lay, head, ws)["keep"]
+    older = {k: v for k, v in previous.items() if k != "planned_with"}
+    verdict = keep(older, lay, head, ws)
+    assert not verdict["keep"] and "does not record its inputs" in verdict["reasons"][0]

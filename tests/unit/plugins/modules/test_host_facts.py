@@ -31,6 +31,14 @@ def test_replays_a_recorded_machine_and_sets_the_fact(capsys: pytest.CaptureFixt
     assert result["runnable"] == ["llama_cpp", "vllm_cpu"]
 
 
+def test_own_processes_option_reaches_the_probe(capsys: pytest.CaptureFixture) -> None:
+    # the serving head: llama-server's 48 MiB anonymous memory counts back by default, not when left out
+    _, result = run(capsys, root=str(FIXTURES / "podman-v1-head"))
+    assert result["llmfleet_host"]["memory"]["usable_mib"] == 262 + 48
+    _, result = run(capsys, root=str(FIXTURES / "podman-v1-head"), own_processes=["ggml-rpc-server"])
+    assert result["llmfleet_host"]["memory"]["usable_mib"] == 262
+
+
 def test_check_mode_probes_the_same_way(capsys: pytest.CaptureFixture) -> None:
     code, result = run(capsys, root=str(FIXTURES / "graviton3"), _ansible_check_mode=True)
     assert code == 0 and result["changed"] is False
@@ -83,6 +91,6 @@ def test_documentation_matches_the_argument_spec() -> None:
     import yaml
 
     doc = yaml.safe_load(host_facts.DOCUMENTATION)
-    assert set(doc["options"]) == {"root", "disk_path", "min_glibc", "given"}
+    assert set(doc["options"]) == {"root", "disk_path", "min_glibc", "own_processes", "given"}
     yaml.safe_load(host_facts.EXAMPLES)
     assert set(yaml.safe_load(host_facts.RETURN)) == {"ansible_facts", "llmfleet_host", "summary", "runnable"}
