@@ -70,18 +70,6 @@ GGML_TYPES: Dict[int, Tuple[str, int, int]] = {
     39: ("MXFP4", 32, 17),
 }
 
-# KV cache types accepted by llama.cpp's --cache-type-k/-v -> (elements per block, bytes per block).
-CACHE_TYPES: Dict[str, Tuple[int, int]] = {
-    "f32": (1, 4),
-    "f16": (1, 2),
-    "bf16": (1, 2),
-    "q8_0": (32, 34),
-    "q4_0": (32, 18),
-    "q4_1": (32, 20),
-    "iq4_nl": (32, 18),
-    "q5_0": (32, 22),
-    "q5_1": (32, 24),
-}
 
 # Architectures whose sliding-window layout llama.cpp sets in code rather than reading it from
 # the file: every n-th layer is dense (full attention), the others use the sliding window.

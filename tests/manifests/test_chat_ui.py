@@ -20,6 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.support.ansible_env import ansible_env
 from tests.support.chat_app import APP_PATH, load_chat_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,13 +29,7 @@ PASSWORD = "manifest-test-password"
 API_KEY = "sk-chat-manifest-key-93c1"
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(ROOT / ".cache" / "collections"))
-    env.update({"ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "PY_COLORS": "0"})
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
+_env = ansible_env
 
 
 def render(tmp: Path, **role_vars: Any) -> dict[str, dict]:

@@ -29,7 +29,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -38,6 +37,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.support.ansible_env import ansible_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "playbooks" / "render.yml"
@@ -65,13 +66,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(ROOT / ".cache" / "collections"))
-    env.update({"ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "PY_COLORS": "0"})
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
+_env = ansible_env
 
 
 def run_render(inventory: Path, out: Path, extra: dict, *args: str) -> subprocess.CompletedProcess:

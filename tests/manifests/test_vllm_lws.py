@@ -22,7 +22,6 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +31,8 @@ import kubernetes_validate
 import numpy as np
 import pytest
 import yaml
+
+from tests.support.ansible_env import ansible_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared"
@@ -150,13 +151,7 @@ def model_vars(tmp_path_factory) -> Path:
 # --------------------------------------------------------------------------------------------------
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(ROOT / ".cache" / "collections"))
-    env.update({"ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "PY_COLORS": "0"})
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
+_env = ansible_env
 
 
 def run_playbook(inventory: Path, out: Path, model: Path, *extra: str) -> subprocess.CompletedProcess:
