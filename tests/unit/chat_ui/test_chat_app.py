@@ -8,7 +8,6 @@ upstream sends them, the API key added upstream and never sent to the browser.
 from __future__ import annotations
 
 import base64
-import datetime
 import hmac
 import http.client
 import json
@@ -24,6 +23,7 @@ import pytest
 
 from tests.support.chat_app import APP_PATH, load_chat_app
 from tests.support.fake_openai import FakeUpstream
+from tests.support.tls import self_signed
 
 API_KEY = "sk-llmfleet-test-0123456789abcdef"
 USER = "alice"
@@ -578,32 +578,8 @@ def test_missing_or_empty_password_file_is_an_error_naming_it(tmp_path: Path) ->
 
 
 def _self_signed(tmp_path: Path) -> tuple[str, str]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return str(cert_path), str(key_path)
+    cert, key = self_signed("127.0.0.1", tmp_path, common_name="localhost")
+    return str(cert), str(key)
 
 
 def test_tls(upstream: FakeUpstream, tmp_path: Path) -> None:
