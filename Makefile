@@ -26,13 +26,14 @@ export ANSIBLE_NOCOLOR := 1
 export NO_COLOR := 1
 
 .PHONY: help venv link host-setup images test-artifacts lint unit docs-check manifests \
-        build-check browser molecule test demo demo-down requirements clean
+        build-check browser molecule demo-check test demo demo-down requirements clean
 
 help:
 	@echo "make demo       bring up the demo fleet and serve a model split across it"
 	@echo "make demo-down  remove the demo fleet"
 	@echo "make test       every check: lint, unit, docs, manifests, build, molecule"
 	@echo "parts: make lint | unit | docs-check | manifests | build-check | browser | molecule [SCENARIO=name]"
+	@echo "       make demo-check (the demo end to end: site.yml, verify, the chat page in a browser)"
 	@echo "       make test-artifacts | images | venv"
 
 $(STAMP): requirements.txt
@@ -82,6 +83,11 @@ browser: venv link host-setup
 molecule: venv link images test-artifacts
 	@bash scripts/run-molecule.sh $(SCENARIO)
 
+# The demo end to end: site.yml on the demo fleet (ending in verify.yml), then the chat page in a
+# real browser; the fleet is removed afterwards unless it was running before.
+demo-check: venv link host-setup images test-artifacts
+	@bash scripts/demo-check.sh $(DEMO_INVENTORY)
+
 test: venv link host-setup images test-artifacts
 	$(MAKE) lint
 	$(MAKE) unit
@@ -90,6 +96,7 @@ test: venv link host-setup images test-artifacts
 	$(MAKE) build-check
 	$(MAKE) browser
 	$(MAKE) molecule
+	$(MAKE) demo-check
 	@echo "make test: all checks passed"
 
 demo: venv link images test-artifacts

@@ -51,6 +51,14 @@ print("network", net["name"], net["subnet"], net["gateway"])
 print("image", any_vars.get("demo_image", "localhost/llmfleet-host:bookworm"))
 print("mirror_port", any_vars.get("demo_mirror_port", 18960))
 print("head", heads[0])
+def flag(value):
+    return str(value).lower() in ("true", "yes", "1")
+fleet_tls = flag(any_vars.get("llmfleet_tls", False))
+print("tls", "true" if fleet_tls else "false")
+scheme = "https" if fleet_tls or flag(any_vars.get("chat_ui_tls", False)) else "http"
+prefix = "/" + str(any_vars.get("chat_ui_path_prefix", "/chat")).strip("/")
+print("chat_path", scheme, any_vars.get("chat_ui_port", 8088), prefix.rstrip("/") + "/")
+print("chat_user", any_vars.get("chat_ui_username", "llmfleet"))
 for name in heads + workers:
     pod = hv[name].get("demo_podman") or {}
     print("host", name, pod.get("memory", "512m"), pod.get("cpus", 1))
@@ -157,10 +165,21 @@ print("tokens: %d in %.0f ms = %.1f tokens/s (prompt %.1f tokens/s)" % (
     t.get("predicted_n", 0), t.get("predicted_ms", 0), t.get("predicted_per_second", 0),
     t.get("prompt_per_second", 0)))'
 head_ip=$(podman inspect -f "{{(index .NetworkSettings.Networks \"$net_name\").IPAddress}}" "$head")
+read -r chat_scheme chat_port chat_prefix <<<"$(get chat_path)"
 echo
 echo "demo: site.yml took ${site_time}s; demo wall time $(($(date +%s) - start))s"
 echo "demo: the fleet is running. Talk to it (after 'source scripts/env.sh'):"
-echo "  curl http://$head_ip:8080/v1/chat/completions -H \"Authorization: Bearer \$(podman exec $head cat /etc/llmfleet/api-key)\" -H 'Content-Type: application/json' -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'"
+api_base=http://$head_ip:8080 curl_tls=""
+if [[ $(get tls) == true ]]; then
+  # llmfleet_tls: llama-server listens on the head's loopback; the page's TLS port relays the API.
+  api_base=https://$head_ip:$chat_port curl_tls="-k "
+fi
+echo "  curl $curl_tls$api_base/v1/chat/completions -H \"Authorization: Bearer \$(podman exec $head cat /etc/llmfleet/api-key)\" -H 'Content-Type: application/json' -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'"
+if [[ -f $state/out/chat-password ]]; then
+  echo "$chat_scheme://$head_ip:$chat_port$chat_prefix" >"$state/out/chat-url"
+  echo "demo: the chat page: $chat_scheme://$head_ip:$chat_port$chat_prefix (user $(get chat_user), self-signed certificate;"
+  echo "  the password is in $state/out/chat-password)"
+fi
 if [[ $inventory == inventories/demo ]]; then
   echo "demo: remove it with: make demo-down"
 else

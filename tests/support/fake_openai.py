@@ -135,11 +135,12 @@ def _make_handler(up: FakeUpstream) -> type:
 
         def do_GET(self) -> None:
             self._record(None)
-            if self.path == "/health":
+            path = self.path.split("?", 1)[0]
+            if path == "/health":
                 return self._json(200, {"status": "ok"})
             if not self._authorised():
                 return None
-            if self.path == "/v1/models":
+            if path == "/v1/models":
                 return self._json(200, {"object": "list", "data": [{"id": up.model, "object": "model"}]})
             return self._json(404, {"error": {"message": "not found"}})
 
@@ -153,7 +154,7 @@ def _make_handler(up: FakeUpstream) -> type:
             self._record(body)
             if not self._authorised():
                 return None
-            if self.path != "/v1/chat/completions":
+            if self.path.split("?", 1)[0] != "/v1/chat/completions":
                 return self._json(404, {"error": {"message": "not found"}})
             if up.fail_status:
                 data = up.fail_body.encode()

@@ -175,6 +175,29 @@ def test_a_streamed_answer_through_the_page(address: str, tls_context: ssl.SSLCo
     assert json.loads(config)["model"] == "test-org/fake-model"
 
 
+def test_the_api_over_the_pages_tls_port_needs_the_clients_own_key(
+    address: str, tls_context: ssl.SSLContext, api_key: str
+) -> None:
+    """chat_ui_api_passthrough (on with TLS): /v1 relayed with the caller's key, never the page's."""
+    assert "--api-passthrough" in sh(f"systemctl cat {UNIT}")
+
+    def call(authorization: str | None) -> tuple[int, bytes]:
+        conn = http.client.HTTPSConnection(address, PORT, timeout=30, context=tls_context)
+        conn.request("GET", "/v1/models", headers={"Authorization": authorization} if authorization else {})
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, data
+
+    status, body = call("Bearer " + api_key)
+    assert status == 200 and json.loads(body)["data"][0]["id"] == "test-org/fake-model"
+    # Without a key, or with the page's password, the upstream itself refuses: the page lends nothing.
+    basic = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    for authorization in (None, basic, "Bearer not-the-key"):
+        status, body = call(authorization)
+        assert status == 401 and b"Invalid API Key" in body, (authorization and authorization[:6], body)
+
+
 def test_chromium_against_the_deployed_page(address: str, api_key: str) -> None:
     env = dict(os.environ)
     env.update(

@@ -9,6 +9,11 @@ protects everything but /healthz with its own password (HTTP Basic, compared in
 constant time). It speaks /v1/chat/completions with "stream": true, which both
 llama-server and vLLM serve. TLS is optional (a certificate and key file).
 
+With --api-passthrough the same port also relays the upstream's own API
+(/v1/..., /health, /metrics) byte for byte, with the CLIENT's Authorization
+header and never the page's key: API clients reach the model over the page's
+TLS while the upstream listens on loopback only.
+
 Secrets are read from files (never from the command line or the environment,
 which other local users can read from /proc):
 
@@ -43,6 +48,12 @@ from typing import Any, Optional
 VERSION = "1.0.0"
 MAX_BODY_BYTES = 1 << 20
 MAX_ERROR_BYTES = 16 << 10
+MAX_API_BODY_BYTES = 64 << 20
+# The upstream's own API, relayed by --api-passthrough (outside the page's prefix).
+API_PREFIXES = ("/v1/",)
+API_PATHS = ("/health", "/metrics")
+# Request headers an API client's call keeps on its way upstream (nothing else is forwarded).
+API_REQUEST_HEADERS = ("Authorization", "Content-Type", "Accept")
 ROLES = ("system", "user", "assistant")
 REDACTED = b"[redacted]"
 LOG = logging.getLogger("llmfleet_chat")
@@ -68,6 +79,7 @@ class Config:
     tls_cert: str = ""
     tls_key: str = ""
     upstream_ca: str = ""
+    api_passthrough: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,6 +118,11 @@ def parse_upstream(url: str) -> Upstream:
         base = base[: -len("/v1")]
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return Upstream(parts.scheme, parts.hostname, port, base)
+
+
+def is_api_path(path: str) -> bool:
+    """A path of the upstream's own API (relayed with --api-passthrough)."""
+    return path in API_PATHS or path.startswith(API_PREFIXES)
 
 
 def check_basic_auth(header: Optional[str], username: str, password: str) -> bool:
@@ -339,6 +356,9 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
             if self.command == "POST":
                 return self._error(405, "method not allowed", {"Allow": "GET, HEAD"})
             return self._send(200, b"ok\n", "text/plain; charset=utf-8")
+        if self.server.config.api_passthrough and is_api_path(path):
+            # The upstream's API key is the credential here, checked by the upstream itself.
+            return self._passthrough()
         if not check_basic_auth(
             self.headers.get("Authorization"), self.server.config.username, self.server.config.password
         ):
@@ -416,6 +436,65 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
             self._relay(resp, target)
         finally:
             conn.close()
+
+    def _passthrough(self) -> None:
+        """Relay one call of the upstream's own API, as it is, with the client's credentials."""
+        server = self.server
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self._error(411, "Content-Length required")
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            return self._error(400, "bad Content-Length")
+        if not 0 <= length <= MAX_API_BODY_BYTES:
+            return self._error(413, f"the request body must be at most {MAX_API_BODY_BYTES} bytes")
+        body = self.rfile.read(length) if length else None
+        headers = {"User-Agent": "llmfleet-chat/" + VERSION}
+        for name in API_REQUEST_HEADERS:
+            if self.headers.get(name):
+                headers[name] = self.headers[name]
+        split = urllib.parse.urlsplit(self.path)
+        path = server.upstream.base_path + split.path + ("?" + split.query if split.query else "")
+        target = server.upstream.display + split.path
+        conn = server.connect_upstream()
+        try:
+            try:
+                conn.request(self.command, path, body, headers)
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                LOG.warning("upstream %s: %s", target, exc)
+                return self._error(502, f"upstream {target} did not answer: {exc}")
+            self.send_response(resp.status)
+            self.send_header("Content-Type", resp.getheader("Content-Type", "application/octet-stream"))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Accel-Buffering", "no")
+            if resp.getheader("WWW-Authenticate"):
+                self.send_header("WWW-Authenticate", resp.getheader("WWW-Authenticate"))
+            if self.command == "HEAD":
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                try:
+                    while True:
+                        data = resp.read1(65536)
+                        if not data:
+                            break
+                        # Whatever the upstream sends goes on at once: streamed events stay streamed.
+                        self._write_chunk(server.redact(data))
+                except (OSError, http.client.HTTPException) as exc:
+                    LOG.warning("upstream %s failed mid-answer: %s", target, exc)
+                    self.close_connection = True
+                    return None
+                self._write_chunk(b"")
+            except (ConnectionError, ssl.SSLError, socket.timeout) as exc:
+                LOG.info("API client went away: %s", exc)
+                self.close_connection = True
+        finally:
+            conn.close()
+        return None
 
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -792,6 +871,12 @@ def parse_args(argv: Optional[list[str]] = None, environ: Optional[dict[str, str
     parser.add_argument(
         "--upstream-ca", default=default("upstream-ca", ""), help="CA bundle to trust for an https upstream"
     )
+    parser.add_argument(
+        "--api-passthrough",
+        action="store_true",
+        default=default("api-passthrough", "").lower() in ("1", "true", "yes"),
+        help="also relay the upstream's API (/v1/..., /health, /metrics) with the client's own key",
+    )
     args = parser.parse_args(argv)
     if not args.password_file:
         raise ConfigError("--password-file is required (LLMFLEET_CHAT_PASSWORD_FILE)")
@@ -810,6 +895,7 @@ def parse_args(argv: Optional[list[str]] = None, environ: Optional[dict[str, str
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         upstream_ca=args.upstream_ca,
+        api_passthrough=args.api_passthrough,
     )
 
 
@@ -832,7 +918,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     signal.signal(signal.SIGINT, stop)
     scheme = "https" if server.tls_context else "http"
     LOG.info(
-        "llmfleet-chat %s on %s://%s:%d%s/ -> %s (user %s, api key %s)",
+        "llmfleet-chat %s on %s://%s:%d%s/ -> %s (user %s, api key %s, api passthrough %s)",
         VERSION,
         scheme,
         config.listen,
@@ -841,6 +927,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         server.upstream.display,
         config.username,
         "set" if config.api_key else "none",
+        "on" if config.api_passthrough else "off",
     )
     try:
         server.serve_forever()

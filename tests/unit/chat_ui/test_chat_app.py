@@ -368,7 +368,9 @@ def test_first_chunk_reaches_the_client_before_the_upstream_finishes() -> None:
 def test_a_client_that_hangs_up_stops_the_upstream() -> None:
     gate = threading.Event()
     tokens = [f"tok{i} " for i in range(500)]
-    with FakeUpstream(api_key=API_KEY, tokens=tokens, gate=gate) as up:
+    # Spaced out (500 x 20 ms): without the spacing the whole answer fits in the loopback socket
+    # buffers and the upstream could finish before anyone noticed the client had gone.
+    with FakeUpstream(api_key=API_KEY, tokens=tokens, gate=gate, delay=0.02) as up:
         server = App(up.url)
         try:
             resp = _open_stream(server)
@@ -611,3 +613,119 @@ def test_tls_needs_both_files(upstream: FakeUpstream, tmp_path: Path) -> None:
         chat.ChatServer(chat.Config(password="x", port=0, tls_cert=cert))
     with pytest.raises(chat.ConfigError, match="cannot load certificate"):
         chat.ChatServer(chat.Config(password="x", port=0, tls_cert=cert, tls_key=str(tmp_path / "none.pem")))
+
+
+# The API pass-through (--api-passthrough) ------------------------------------------
+
+CLIENT_KEY = API_KEY  # an API client that knows the upstream's key
+
+
+def test_without_passthrough_the_api_paths_need_the_password(app: App, upstream: FakeUpstream) -> None:
+    status, headers, _ = app.request("GET", "/v1/models", auth=None, headers={"Authorization": "Bearer x"})
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Basic")
+    assert upstream.requests == []
+
+
+def test_passthrough_relays_the_api_with_the_clients_own_key(upstream: FakeUpstream) -> None:
+    server = App(upstream.url, api_passthrough=True)
+    try:
+        status, _, body = server.request(
+            "GET", "/v1/models", auth=None, headers={"Authorization": "Bearer " + CLIENT_KEY}
+        )
+    finally:
+        server.close()
+    assert status == 200
+    assert json.loads(body)["data"][0]["id"] == upstream.model
+    assert upstream.requests[-1]["path"] == "/v1/models"
+    assert upstream.requests[-1]["headers"]["Authorization"] == "Bearer " + CLIENT_KEY
+
+
+@pytest.mark.parametrize("client_auth", [None, "Bearer wrong-key", basic(USER, PASSWORD)])
+def test_passthrough_never_lends_the_pages_key(upstream: FakeUpstream, client_auth: Optional[str]) -> None:
+    """The page's password or no credentials at all get the upstream's own 401, not the page's key."""
+    server = App(upstream.url, api_passthrough=True)
+    try:
+        status, _, body = server.request(
+            "POST",
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}], "stream": True},
+            auth=None,
+            headers={"Authorization": client_auth} if client_auth else {},
+        )
+    finally:
+        server.close()
+    assert status == 401, body
+    assert b"Invalid API Key" in body
+    sent = upstream.requests[-1]["headers"]
+    assert sent.get("Authorization") == client_auth
+    assert all(API_KEY not in str(value) for value in sent.values()) or client_auth == "Bearer " + API_KEY
+
+
+def test_passthrough_streams_chunk_by_chunk() -> None:
+    gate = threading.Event()
+    with FakeUpstream(api_key=API_KEY, tokens=["first", " second", " third"], gate=gate) as up:
+        server = App(up.url, api_passthrough=True)
+        try:
+            conn = server.connection()
+            conn.request(
+                "POST",
+                "/v1/chat/completions?trace=1",
+                json.dumps({"messages": [{"role": "user", "content": "hi"}], "stream": True}).encode(),
+                {"Authorization": "Bearer " + CLIENT_KEY, "Content-Type": "application/json"},
+            )
+            resp = conn.getresponse()
+            assert resp.status == 200
+            assert resp.getheader("Content-Type") == "text/event-stream"
+            got: list[str] = []
+            deadline = time.monotonic() + 10
+            while "first" not in got and time.monotonic() < deadline:
+                got += sse_contents(_read_event(resp))
+            assert got == ["first"]
+            assert not up.finished.is_set()
+            gate.set()
+            rest = resp.read()
+        finally:
+            server.close()
+    assert sse_contents(rest) == [" second", " third"]
+    assert up.requests[-1]["path"] == "/v1/chat/completions?trace=1"
+    # The client's body went upstream as it was: no page settings were added.
+    assert up.requests[-1]["body"] == {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+def test_passthrough_keeps_the_page_behind_the_password(upstream: FakeUpstream) -> None:
+    server = App(upstream.url, api_passthrough=True)
+    try:
+        status, _, _ = server.request(
+            "GET", "/chat/", auth=None, headers={"Authorization": "Bearer " + API_KEY}
+        )
+        status_api, _, _ = server.request("GET", "/chat/api/config", auth=None)
+    finally:
+        server.close()
+    assert (status, status_api) == (401, 401)
+
+
+def test_passthrough_over_tls(upstream: FakeUpstream, tmp_path: Path) -> None:
+    cert, key = self_signed("127.0.0.1", tmp_path)
+    server = App(upstream.url, api_passthrough=True, tls_cert=str(cert), tls_key=str(key))
+    try:
+        status, _, body = server.request(
+            "GET", "/v1/models", auth=None, headers={"Authorization": "Bearer " + CLIENT_KEY}
+        )
+        plain = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        with pytest.raises((http.client.HTTPException, ConnectionError, OSError)):
+            plain.request("GET", "/v1/models", headers={"Authorization": "Bearer " + CLIENT_KEY})
+            plain.getresponse().read()
+    finally:
+        server.close()
+    assert status == 200 and upstream.model.encode() in body
+
+
+def test_passthrough_from_the_command_line(tmp_path: Path) -> None:
+    password = tmp_path / "password"
+    password.write_text("pw\n")
+    assert chat.parse_args(["--password-file", str(password)], environ={}).api_passthrough is False
+    assert chat.parse_args(
+        ["--password-file", str(password), "--api-passthrough"], environ={}
+    ).api_passthrough
+    env = {"LLMFLEET_CHAT_API_PASSTHROUGH": "true"}
+    assert chat.parse_args(["--password-file", str(password)], environ=env).api_passthrough is True
