@@ -47,4 +47,34 @@ export LLMFLEET_CHAT_URL LLMFLEET_CHAT_PASSWORD LLMFLEET_CHAT_API_KEY LLMFLEET_C
 export LLMFLEET_CHAT_PROMPT=${LLMFLEET_CHAT_PROMPT:-"Name three colours of the sea."}
 echo "demo-check: the browser against $LLMFLEET_CHAT_URL"
 pytest -q -s tests/browser -p no:cacheprovider
-echo "demo-check: passed (screenshots in $LLMFLEET_TEST_OUTPUT)"
+
+# bench.yml over the same entry point (with llmfleet_tls: https on the page's port, the page's own
+# certificate trusted through Ansible), then what it wrote: every request answered, a memory chart
+# for every planned host and the tokens/s chart.
+echo "demo-check: bench.yml, 4 requests 2 at a time"
+ansible-playbook -i "$inventory" playbooks/bench.yml -e "llmfleet_output_dir=$state/out" \
+  -e bench_requests=4 -e bench_concurrency=2 -e bench_max_tokens=24 >"$state/bench.log" || {
+  tail -n 40 "$state/bench.log" >&2
+  echo "demo-check: bench.yml failed; the log is $state/bench.log" >&2
+  exit 1
+}
+python3 - "$state/out" "$LLMFLEET_TEST_OUTPUT" <<'PY'
+import json, pathlib, shutil, sys
+out, keep = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+bench = json.loads((out / "bench.json").read_text())
+plan = json.loads((out / "plan.json").read_text())
+summary, url = bench["summary"], bench["settings"]["url"]
+tls = (out / "chat-url").read_text().startswith("https:")
+assert url.startswith("https:" if tls else "http:"), f"bench went to {url}"
+assert summary["ok"] == summary["requests"] == 4, summary
+charts = ["tokens.svg"] + [f"memory-{h['name']}.svg" for h in plan["hosts"]]
+for name in charts:
+    svg = (out / name).read_text()
+    assert svg.lstrip().startswith("<svg") or "<svg" in svg[:200], name
+    shutil.copy(out / name, keep / name)
+shutil.copy(out / "bench.json", keep / "bench.json")
+print(f"demo-check: bench {url}: {summary['ok']}/{summary['requests']} answered; TTFT median "
+      f"{summary['ttft_seconds']['median']:.2f} s; output {summary['output_tps']['median']:.1f} tokens/s per "
+      f"request; {len(charts)} charts")
+PY
+echo "demo-check: passed (screenshots, bench.json and charts in $LLMFLEET_TEST_OUTPUT)"

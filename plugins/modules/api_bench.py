@@ -57,6 +57,17 @@ options:
     description: Seconds a single request may take.
     type: int
     default: 300
+  ca_data:
+    description:
+      - PEM certificate(s) to trust for an C(https) O(url), for example the chat page's self-signed
+        certificate read from the head (the page relays the API on its TLS port with
+        C(llmfleet_tls)). Empty trusts the system's CAs.
+    type: str
+    default: ""
+  validate_certs:
+    description: Check the server's certificate and name for an C(https) O(url).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -98,6 +109,7 @@ summary:
 """
 
 import json
+import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -112,7 +124,18 @@ from ansible_collections.llmfleet.cluster.plugins.module_utils.bench import (
 )
 
 
-def one_request(url, api_key, body, timeout):
+def tls_context(url, ca_data="", validate_certs=True):
+    """The TLS settings of an https URL (None for http)."""
+    if not url.lower().startswith("https:"):
+        return None
+    context = ssl.create_default_context(cadata=ca_data or None)
+    if not validate_certs:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def one_request(url, api_key, body, timeout, context=None):
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if api_key:
         headers["Authorization"] = "Bearer " + api_key
@@ -120,7 +143,7 @@ def one_request(url, api_key, body, timeout):
     started = time.monotonic()
     events = []
     try:
-        response = urlopen(request, timeout=timeout)
+        response = urlopen(request, timeout=timeout, context=context)
         try:
             for raw in response:
                 line = raw.decode("utf-8", errors="replace")
@@ -154,6 +177,8 @@ def main():
             requests=dict(type="int", default=8),
             concurrency=dict(type="int", default=1),
             timeout=dict(type="int", default=300),
+            ca_data=dict(type="str", default=""),
+            validate_certs=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -184,10 +209,15 @@ def main():
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    try:
+        context = tls_context(url, p["ca_data"], p["validate_certs"])
+    except (ssl.SSLError, ValueError) as exc:
+        module.fail_json(msg="api_bench: ca_data is not a usable PEM certificate: %s" % exc)
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=p["concurrency"]) as pool:
         futures = [
-            pool.submit(one_request, url, p["api_key"], body, p["timeout"]) for _ in range(p["requests"])
+            pool.submit(one_request, url, p["api_key"], body, p["timeout"], context)
+            for _ in range(p["requests"])
         ]
         results = [f.result() for f in futures]
     wall = time.monotonic() - started

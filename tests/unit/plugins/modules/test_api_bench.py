@@ -69,3 +69,53 @@ def test_an_unreachable_server_is_a_failed_request() -> None:
     result = api_bench.one_request("http://127.0.0.1:9/v1/chat/completions", "", {"stream": True}, timeout=2)
     assert result["ok"] is False
     assert result["status"] == 0
+
+
+# Over TLS: the chat page's port relays the API (llmfleet_tls), with a self-signed certificate.
+
+
+@pytest.fixture()
+def tls_api(tmp_path):
+    """The chat app with TLS and --api-passthrough in front of the fake streaming upstream."""
+    from tests.support.chat_app import serve_chat_app
+    from tests.support.fake_openai import FakeUpstream
+    from tests.support.tls import self_signed
+
+    cert, key = self_signed("127.0.0.1", tmp_path, common_name="head")
+    with (
+        FakeUpstream(tokens=["one", " two", " three"], delay=0.1, api_key="k3y") as up,
+        serve_chat_app(
+            upstream=up.url,
+            password="page-password",
+            tls_cert=str(cert),
+            tls_key=str(key),
+            api_passthrough=True,
+        ) as page,
+    ):
+        url = f"https://127.0.0.1:{page.server_address[1]}/v1/chat/completions"
+        yield url, cert.read_text(), up
+
+
+def test_https_with_the_pages_certificate(tls_api) -> None:
+    url, pem, up = tls_api
+    context = api_bench.tls_context(url, pem)
+    result = api_bench.one_request(url, "k3y", {"stream": True, "messages": []}, timeout=10, context=context)
+    assert result["ok"] is True, result
+    assert result["completion_tokens"] == 3
+    assert up.requests[-1]["headers"]["Authorization"] == "Bearer k3y"
+
+
+def test_https_refuses_an_unknown_certificate(tls_api) -> None:
+    url, _, up = tls_api
+    result = api_bench.one_request(
+        url, "k3y", {"stream": True}, timeout=10, context=api_bench.tls_context(url)
+    )
+    assert result["ok"] is False
+    assert "CERTIFICATE_VERIFY_FAILED" in result["error"], result
+    assert up.requests == []  # the key never left over an unchecked connection
+    insecure = api_bench.tls_context(url, validate_certs=False)
+    assert api_bench.one_request(url, "k3y", {"stream": True}, timeout=10, context=insecure)["ok"] is True
+
+
+def test_plain_http_needs_no_tls_context() -> None:
+    assert api_bench.tls_context("http://127.0.0.1:8080/v1/chat/completions", "junk") is None
