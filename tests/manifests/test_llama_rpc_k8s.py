@@ -383,6 +383,35 @@ def test_a_second_render_changes_nothing(rendered: Rendered) -> None:
     assert {p.name: p.read_text() for p in sorted(rendered.dir.glob("llama-rpc-*.yaml"))} == before
 
 
+def test_render_adds_the_chat_page_in_front_of_llama_server(tmp_path: Path) -> None:
+    """With chat_ui_password, render.yml also writes the page: valid, reading llama_rpc's key Secret."""
+    password = "render-chat-password-7"
+    out = tmp_path / "out"
+    proc = run_render(WHATIF, out, {**whatif_vars(), "chat_ui_password": password})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    chat_files = sorted((out / "manifests").glob("chat-*.yaml"))
+    objects = {p.name: yaml.safe_load(p.read_text()) for p in chat_files}
+    assert {"Deployment", "Service", "Ingress", "ConfigMap", "Secret"} <= {
+        o["kind"] for o in objects.values()
+    }
+    validated = subprocess.run(
+        ["kubernetes-validate", "--strict", "-k", K8S_VERSIONS[-1], *map(str, chat_files)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    (deployment,) = [o for o in objects.values() if o["kind"] == "Deployment"]
+    (app,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in app.get("env", [])}
+    llama_ns = Rendered(out, proc).one("Namespace")["metadata"]["name"]
+    assert env["LLMFLEET_CHAT_UPSTREAM"]["value"] == f"http://llama-server.{llama_ns}.svc:8080"
+    key_ref = json.dumps(deployment)
+    assert '"llama-rpc-api-key"' in key_ref, "the page does not read llama_rpc's key Secret"
+    for path in chat_files:
+        if objects[path.name]["kind"] != "Secret":
+            assert password not in path.read_text() and API_KEY not in path.read_text(), path
+    assert password not in proc.stdout + proc.stderr
+
+
 def test_a_generated_api_key_is_kept_private_and_stable(tmp_path: Path) -> None:
     extra = whatif_vars()
     extra.pop("llama_rpc_api_key")
