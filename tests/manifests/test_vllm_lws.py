@@ -816,3 +816,37 @@ def test_render_is_idempotent(graviton: Rendered, model_vars: Path) -> None:
     changed = [b.splitlines()[0] for b in ours if "\nchanged: [" in b]
     assert changed == [], changed
     assert {p.name: p.read_text() for p in sorted(graviton.dir.glob("vllm-*.yaml"))} == before
+
+
+def test_the_chat_page_fronts_the_leader_with_its_own_key_secret(tmp_path: Path, model_vars: Path) -> None:
+    """With chat_ui_password, deploy_vllm.yml also renders the page: next to the leader, reading its Secret."""
+    password = "lws-chat-password-3"
+    out = tmp_path / "out"
+    proc = run_playbook(GRAVITON, out, model_vars, "-e", f"chat_ui_password={password}")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    rendered = Rendered(out, proc)
+    chat = {p: yaml.safe_load(p.read_text()) for p in sorted(rendered.dir.glob("chat-*.yaml"))}
+    by_kind = {o["kind"]: o for o in chat.values()}
+    assert {"Deployment", "Service", "Ingress", "ConfigMap", "Secret"} <= set(by_kind)
+    for obj in chat.values():
+        kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
+    (leader,) = rendered.kind("Service")
+    namespace = leader["metadata"]["namespace"]
+    assert {o["metadata"]["namespace"] for o in chat.values()} == {namespace}
+    env = {
+        e["name"]: e.get("value")
+        for e in by_kind["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    port = leader["spec"]["ports"][0]["port"]
+    assert env["LLMFLEET_CHAT_UPSTREAM"] == f"http://{leader['metadata']['name']}.{namespace}.svc:{port}"
+    # The key is the one the leader reads (VLLM_API_KEY), not a copy in the page's own Secret.
+    leader_key = env_of(container(templates(rendered.lws)["leader"]))["VLLM_API_KEY"]["valueFrom"][
+        "secretKeyRef"
+    ]
+    volume = next(
+        v for v in by_kind["Deployment"]["spec"]["template"]["spec"]["volumes"] if v["name"] == "api-key"
+    )
+    assert volume["secret"]["secretName"] == leader_key["name"]
+    assert volume["secret"]["items"] == [{"key": leader_key["key"], "path": "api-key"}]
+    assert set(by_kind["Secret"]["data"]) == {"password"}
+    assert password not in proc.stdout + proc.stderr
