@@ -3,17 +3,18 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Pinned artifacts: choose, fetch, verify and install them, failing closed.
 
-Everything here is plain Python (3.9+, no Ansible imports) so that the modules
-``artifact_fetch`` / ``artifact_install`` and the filter ``llama_cpp_release`` stay thin
-and the behaviour is unit-tested directly:
+Everything here is plain Python (3.8+, stdlib only, no Ansible imports: it runs on the
+hosts) so that the modules ``artifact_fetch`` / ``artifact_install`` and the filter
+``llama_cpp_release`` stay thin and the behaviour is unit-tested directly:
 
 - :func:`select_release` picks the entry ``releases[build][flavour]`` for a host, with an
   error that names the host, the build and the flavour and lists what the table has;
 - :func:`fetch` downloads into ``<dest>.part`` (resuming with an HTTP Range request), checks
   the free disk space before writing, verifies the sha256 and only then renames the file
   into place; a wrong file is removed and never moved into place;
-- :func:`install` verifies an archive's sha256 *before* unpacking it, unpacks it (or copies
-  a built tree) into a hidden staging directory next to the target, writes a marker and
+- :func:`install` verifies an archive's sha256 *before* unpacking it, unpacks it (a tar or a
+  zip, told apart by content; every member is checked first by :func:`plan_members`) or copies
+  a built tree into a hidden staging directory next to the target, writes a marker and
   renames the staging directory into place; any failure removes the staging directory and
   leaves what was there before untouched.
 """
@@ -27,15 +28,19 @@ import os
 import posixpath
 import re
 import shutil
+import stat
 import tarfile
 import tempfile
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+import zipfile
+import zlib
+from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 from urllib.error import HTTPError
 from urllib.parse import urlsplit
 
 MIB = 1024 * 1024
 CHUNK = 1024 * 1024
 MARKER = ".llmfleet-artifact.json"
+MAX_UNPACKED = 16 * 1024 * MIB  # an archive whose files add up to more is refused (zip bomb guard)
 WORKER_BINARIES = ("ggml-rpc-server", "rpc-server")
 SOURCE_FLAVOUR = "source"
 
@@ -422,80 +427,200 @@ def _norm_member(name: str) -> str:
     return name.rstrip("/")
 
 
-def archive_top_folder(names: Iterable[str]) -> str:
-    """The single top folder every member lives in (``llama-b1234/``), or LayoutError."""
+def _parts(name: str) -> List[str]:
+    """A member's path as a list of parts (empty ones and ``.`` dropped); unsafe paths are refused."""
+    norm = _norm_member(name)
+    parts = [p for p in norm.split("/") if p not in ("", ".")]
+    if norm.startswith("/") or ".." in parts:
+        raise LayoutError(f"unsafe path in archive: {name!r}")
+    return parts
+
+
+def archive_root(members: Iterable[tarfile.TarInfo]) -> str:
+    """The deepest folder that holds every member, or LayoutError when there is no single top folder.
+
+    ``llama-b1234`` for a release tarball, ``build/bin`` for an older release zip (whose parent
+    folder ``build/`` may or may not be listed). A flat archive or one with two top folders is refused.
+    """
     tops = set()
-    for raw in names:
-        name = _norm_member(raw)
-        if not name or name == ".":
+    root: Optional[List[str]] = None
+    folders = []
+    for member in members:
+        parts = _parts(member.name)
+        if not parts:
             continue
-        if name.startswith("/") or ".." in name.split("/"):
-            raise LayoutError(f"unsafe path in archive: {raw!r}")
-        tops.add(name.split("/", 1)[0])
-    if len(tops) != 1:
+        tops.add(parts[0])
+        if member.isdir():
+            folders.append(parts)
+        else:
+            root = parts[:-1] if root is None else posixpath.commonprefix([root, parts[:-1]])
+    if root is None:  # folders only
+        root = sorted(tops)[:1]
+    for parts in folders:
+        if parts != root[: len(parts)]:  # a folder above the root does not make it shallower
+            root = posixpath.commonprefix([root, parts])
+    if len(tops) != 1 or not root:
         shown = ", ".join(sorted(tops)[:5]) or "nothing"
         raise LayoutError(f"expected one top folder in the archive, found: {shown}")
-    return tops.pop()
+    return "/".join(root)
 
 
-def _inside(target: str) -> bool:
-    """True when a relative path stays inside the tree it is relative to."""
-    norm = posixpath.normpath(target)
-    return not posixpath.isabs(norm) and norm != ".." and not norm.startswith("../")
+def _link_stays_inside(folder: List[str], link: str, links: Set[str]) -> bool:
+    """True when a symlink in ``folder`` pointing to ``link`` ends inside the tree.
+
+    The target must be relative, never climb above the root and pass through no other symlink
+    of the archive (only its last part may be one: ``libx.so -> libx.so.1 -> libx.so.1.2``), so
+    that every link is judged on its own and no chain of links can leave the tree.
+    """
+    if not link or "\x00" in link or posixpath.isabs(link):
+        return False
+    path = list(folder)
+    steps = [p for p in link.split("/") if p not in ("", ".")]
+    for index, step in enumerate(steps):
+        if step == "..":
+            if not path:
+                return False
+            path.pop()
+            continue
+        path.append(step)
+        if index < len(steps) - 1 and "/".join(path) in links:
+            return False
+    return True
 
 
 def plan_members(members: Iterable[tarfile.TarInfo]) -> Tuple[str, List[Tuple[tarfile.TarInfo, str]]]:
-    """Check every member and map it to its path below the top folder.
+    """Check every member and map it to its path below the archive's root folder.
 
-    Only regular files, directories, symlinks and hard links that stay inside the tree are
-    accepted; anything else (absolute paths, ``..``, devices, links leaving the tree) is a
-    :class:`LayoutError` before a single byte is written.
+    Only regular files, directories, symlinks and hard links are accepted, each path once. A
+    symlink must stay inside the tree (see :func:`_link_stays_inside`), a hard link must point
+    to a file of the archive, no member may lie below a symlink, and the files may not add up
+    to more than ``MAX_UNPACKED`` bytes. Anything else (absolute paths, ``..``, devices, links
+    leaving the tree) is a :class:`LayoutError` before a single byte is written.
     """
     members = list(members)
-    top = archive_top_folder(m.name for m in members)
+    root = archive_root(members)
+    depth = root.count("/") + 1
+    by_path: Dict[str, tarfile.TarInfo] = {}
     planned: List[Tuple[tarfile.TarInfo, str]] = []
+    total = 0
     for member in members:
-        name = _norm_member(member.name)
-        if not name or name == top:
-            continue
-        rel = name[len(top) + 1 :]
+        rel = "/".join(_parts(member.name)[depth:])
+        if not rel:
+            continue  # the root folder or a folder above it
         if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
             raise LayoutError(f"unsupported member type in archive: {member.name!r}")
-        if member.issym():
-            link = member.linkname
-            if posixpath.isabs(link) or not _inside(posixpath.join(posixpath.dirname(rel), link)):
-                raise LayoutError(f"symlink leaves the archive: {member.name!r} -> {link!r}")
-        if member.islnk():
-            target = _norm_member(member.linkname)
-            if not target.startswith(top + "/") or ".." in target.split("/"):
-                raise LayoutError(f"hard link leaves the archive: {member.name!r} -> {member.linkname!r}")
+        if rel in by_path:
+            raise LayoutError(f"duplicate member in archive: {member.name!r}")
+        by_path[rel] = member
+        total += member.size if member.isfile() else 0
         planned.append((member, rel))
-    return top, planned
+    if total > MAX_UNPACKED:
+        raise LayoutError(
+            f"the archive would unpack to {total} bytes ({total / MIB:.0f} MiB), more than the "
+            f"{MAX_UNPACKED // MIB} MiB allowed"
+        )
+    links = {rel for rel, member in by_path.items() if member.issym()}
+    for member, rel in planned:
+        parts = rel.split("/")
+        if any("/".join(parts[:i]) in links for i in range(1, len(parts))):
+            raise LayoutError(f"member below a symlink in archive: {member.name!r}")
+        if member.issym() and not _link_stays_inside(parts[:-1], member.linkname, links):
+            raise LayoutError(f"symlink leaves the archive: {member.name!r} -> {member.linkname!r}")
+        if member.islnk():
+            target = _norm_member(member.linkname).split("/")
+            source = by_path.get("/".join(target[depth:])) if "/".join(target[:depth]) == root else None
+            if ".." in target or source is None or not source.isfile():
+                raise LayoutError(f"hard link leaves the archive: {member.name!r} -> {member.linkname!r}")
+    return root, planned
+
+
+def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> tarfile.TarInfo:
+    """A zip entry described as a TarInfo, so that both formats go through :func:`plan_members`.
+
+    The unix mode is the high 16 bits of ``external_attr`` (zero in zips made on Windows: such
+    files count as not executable). A symlink is an entry of type ``S_IFLNK`` whose content is
+    the link target; it is read here, before anything is written.
+    """
+    if info.flag_bits & 0x1:
+        raise LayoutError(f"encrypted member in archive: {info.filename!r}")
+    mode = info.external_attr >> 16
+    member = tarfile.TarInfo(info.filename)
+    member.mode = stat.S_IMODE(mode)
+    kind = stat.S_IFMT(mode)
+    if kind == stat.S_IFLNK:
+        if info.file_size > 4096:
+            raise LayoutError(f"symlink target too long in archive: {info.filename!r}")
+        member.type = tarfile.SYMTYPE
+        try:
+            member.linkname = archive.read(info).decode("utf-8")
+        except UnicodeDecodeError:
+            raise LayoutError(f"symlink target is not UTF-8 in archive: {info.filename!r}") from None
+    elif kind == stat.S_IFDIR or info.is_dir():
+        member.type = tarfile.DIRTYPE
+    elif kind in (0, stat.S_IFREG):
+        member.size = info.file_size
+    else:
+        raise LayoutError(f"unsupported member type in archive: {info.filename!r}")
+    return member
+
+
+def archive_format(path: str) -> str:
+    """``tar`` (plain or compressed) or ``zip``, judged by the content, not by the name."""
+    if tarfile.is_tarfile(path):
+        return "tar"
+    if zipfile.is_zipfile(path):
+        return "zip"
+    raise LayoutError(
+        f"{path}: neither a tar archive (.tar, .tar.gz, .tar.xz, .tar.bz2) nor a zip file; "
+        f"nothing was installed"
+    )
+
+
+def _write(
+    planned: List[Tuple[tarfile.TarInfo, str]],
+    root: str,
+    stage: str,
+    read: Callable[[tarfile.TarInfo], Optional[IO[bytes]]],
+) -> None:
+    depth = root.count("/") + 1
+    for member, rel in planned:
+        target = os.path.join(stage, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if member.isdir():
+            os.makedirs(target, exist_ok=True)
+            os.chmod(target, 0o755)
+        elif member.issym():
+            os.symlink(member.linkname, target)
+        elif member.islnk():
+            os.link(os.path.join(stage, *_norm_member(member.linkname).split("/")[depth:]), target)
+        else:
+            source = read(member)
+            if source is None:
+                raise LayoutError(f"cannot read {member.name!r} from the archive")
+            with source, open(target, "wb") as out:
+                shutil.copyfileobj(source, out, CHUNK)
+            os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
 
 
 def _extract(archive: str, stage: str) -> str:
-    with tarfile.open(archive, "r:*") as tar:
-        top, planned = plan_members(tar.getmembers())
-        for member, rel in planned:
-            target = os.path.join(stage, rel)
-            parent = os.path.dirname(target)
-            os.makedirs(parent, exist_ok=True)
-            if member.isdir():
-                os.makedirs(target, exist_ok=True)
-                os.chmod(target, 0o755)
-            elif member.issym():
-                os.symlink(member.linkname, target)
-            elif member.islnk():
-                source = os.path.join(stage, _norm_member(member.linkname)[len(top) + 1 :])
-                os.link(source, target)
-            else:
-                extracted = tar.extractfile(member)
-                if extracted is None:
-                    raise LayoutError(f"cannot read {member.name!r} from the archive")
-                with extracted, open(target, "wb") as out:
-                    shutil.copyfileobj(extracted, out, CHUNK)
-                os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
-    return top
+    """Unpack a tar or zip ``archive`` (found out by its content) below its root folder into ``stage``."""
+    kind = archive_format(archive)
+    try:
+        if kind == "tar":
+            with tarfile.open(archive, "r:*") as tar:
+                root, planned = plan_members(tar.getmembers())
+                _write(planned, root, stage, tar.extractfile)
+        else:
+            with zipfile.ZipFile(archive) as bundle:
+                entries = [(_zip_member(bundle, info), info) for info in bundle.infolist()]
+                infos = {id(member): info for member, info in entries}
+                root, planned = plan_members(member for member, _ in entries)
+                _write(planned, root, stage, lambda member: bundle.open(infos[id(member)]))
+    except LayoutError as exc:
+        raise LayoutError(f"{archive}: {exc}") from None
+    except (tarfile.TarError, zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+        raise LayoutError(f"{archive}: cannot read this {kind} archive: {exc}") from None
+    return root
 
 
 def _copy_tree(src_dir: str, stage: str) -> None:

@@ -10,18 +10,23 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: artifact_install
-short_description: Install a pinned tarball or a built tree into a versioned directory, atomically
+short_description: Install a pinned tar or zip archive, or a built tree, into a versioned directory, atomically
 version_added: "0.1.0"
 description:
   - Verifies O(archive) against O(sha256) B(before) unpacking it. A mismatch fails with the
     expected and the actual hash, removes the archive and changes nothing else.
-  - Unpacks the archive (it must hold exactly one top folder, like a llama.cpp release
-    C(llama-<tag>/); that folder is stripped) or copies O(src_dir) into a hidden staging
+  - Unpacks the archive (a tar, plain or compressed, or a zip, told apart by their content, not
+    by the file name; it must hold exactly one top folder, like a llama.cpp release
+    C(llama-<tag>/) or the C(build/bin/) of older release zips, and the deepest folder holding
+    every member is stripped) or copies O(src_dir) into a hidden staging
     directory next to O(dest), checks the required executables, writes a marker file
     C(.llmfleet-artifact.json) (O(info) plus the sha256) and renames the staging directory to
     O(dest). Any failure removes the staging directory; what was at O(dest) stays untouched.
-  - Archive members are checked first - absolute paths, C(..), devices and links that leave
-    the tree are refused.
+  - Archive members are all checked before anything is written - absolute paths, C(..),
+    devices, duplicate names, members below a symlink, symlinks that leave the tree (also
+    through another symlink), encrypted zip members and archives whose files add up to more
+    than 16 GiB are refused. Executable bits come from the tar header or from the unix mode
+    a zip carries; a zip without unix modes (made on Windows) has no executables.
   - Idempotent - when O(dest) carries a marker with the same sha256 nothing is read or
     written, and the archive or tree need not exist any more.
 options:
@@ -34,7 +39,10 @@ options:
     type: str
     required: true
   archive:
-    description: A .tar.gz / .tar.xz / .tar on the host. Exactly one of O(archive) and O(src_dir).
+    description:
+      - A tar (.tar.gz, .tar.xz, .tar.bz2, .tar) or zip archive on the host. Exactly one of
+        O(archive) and O(src_dir).
+      - Any other file fails with a message naming it.
     type: path
   src_dir:
     description: A directory on the host whose content is copied (symlinks kept), e.g. a build's C(bin/).
@@ -71,6 +79,14 @@ EXAMPLES = r"""
     sha256: "{{ release.sha256 }}"
     dest: /opt/llmfleet/llama.cpp/b6000
     info: {build: b6000, flavour: ubuntu-x64}
+    require_one_of: [ggml-rpc-server, rpc-server]
+    require: [llama-server]
+
+- name: Unpack an older release published as a zip (its binaries lie below build/bin/)
+  llmfleet.cluster.artifact_install:
+    archive: /var/cache/llmfleet/llama.cpp/llama-b4000-bin-ubuntu-x64.zip
+    sha256: "{{ release.sha256 }}"
+    dest: /opt/llmfleet/llama.cpp/b4000
     require_one_of: [ggml-rpc-server, rpc-server]
     require: [llama-server]
 """
