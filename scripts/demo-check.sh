@@ -77,4 +77,5 @@ print(f"demo-check: bench {url}: {summary['ok']}/{summary['requests']} answered;
       f"{summary['ttft_seconds']['median']:.2f} s; output {summary['output_tps']['median']:.1f} tokens/s per "
       f"request; {len(charts)} charts")
 PY
+python3 scripts/check-prometheus.py "$inventory"
 echo "demo-check: passed (screenshots, bench.json and charts in $LLMFLEET_TEST_OUTPUT)"

@@ -6,7 +6,7 @@ set -euo pipefail
 CACHE=${CACHE:-$(cd "$(dirname "$0")/.." && pwd)/.cache}
 PKGS=(podman runc crun fuse-overlayfs slirp4netns uidmap debootstrap containernetworking-plugins
       iptables netavark aardvark-dns cmake ninja-build g++ make curl ca-certificates python3-venv
-      nftables chromium)
+      nftables chromium prometheus)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,6 +18,12 @@ if ((${#missing[@]})); then
   echo "host-setup: installing ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # prometheus: only its binaries are used (scripts/check-prometheus.py runs its own on loopback).
+  # Where systemd is PID 1 the package enables and starts prometheus.service: stop and disable
+  # it, once, right after installing it (a service enabled later by hand is left alone).
+  if [[ " ${missing[*]} " == *" prometheus "* && -d /run/systemd/system ]]; then
+    systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  fi
 fi
 mkdir -p "$CACHE/podman/storage" "$CACHE/podman/run"
 # Podman's defaults fail on this kind of machine: rlimits above what root may

@@ -10,7 +10,7 @@ name: scrape_targets
 short_description: Prometheus file_sd target lists (llama-server or vLLM, node-exporter) from the plan
 version_added: 0.1.0
 description:
-  - Returns, per scrape job of C(roles/monitoring/files/prometheus-scrape.yml), the content of its
+  - Returns, per scrape job of C(roles/monitoring/templates/prometheus-scrape.yml.j2), the content of its
     file_sd JSON file - the head's API for C(llama-server) (backend C(llama_cpp)) or C(vllm), and
     node-exporter on every plan host for C(node) - labelled with the fleet, host and role.
   - The logic lives in C(plugins/module_utils/monitoring.py).

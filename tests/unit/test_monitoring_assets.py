@@ -1,13 +1,18 @@
-"""The monitoring assets of roles/monitoring/files are valid and reference real metrics.
+"""The monitoring assets of roles/monitoring are valid and reference real metrics.
 
 Every PromQL expression of the Grafana dashboard may only use metric names that llama-server
 (its recorded /metrics), vLLM or node-exporter export (tests/fixtures/monitoring/README.md).
+The scrape config is rendered from the role's template and defaults with Ansible's own templar,
+plain and with llmfleet_tls, and checked by `promtool check config` when it is installed.
+scripts/check-prometheus.py runs a real Prometheus against the demo fleet with it.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +23,8 @@ from ansible_collections.llmfleet.cluster.plugins.module_utils.monitoring import
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = ROOT / "roles" / "monitoring" / "files"
+ROLE = ROOT / "roles" / "monitoring"
+FILES = ROLE / "files"
 FIX = ROOT / "tests" / "fixtures" / "monitoring"
 
 PROMQL_WORDS = {
@@ -118,8 +124,41 @@ def test_network_panels_match_interfaces_by_pattern_not_by_name() -> None:
         assert not pattern.fullmatch("lo")
 
 
-def test_scrape_config_jobs() -> None:
-    config = yaml.safe_load((FILES / "prometheus-scrape.yml").read_text())
+def _trusted(value):
+    """Mark strings as templates, the way Ansible treats a role's defaults files."""
+    try:
+        from ansible.template import trust_as_template  # ansible-core >= 2.19
+    except ImportError:  # pragma: no cover - older ansible-core trusts every string
+        return value
+    return trust_as_template(value) if isinstance(value, str) else value
+
+
+def _templar(extra: dict):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    variables = {k: _trusted(v) for k, v in defaults.items()}
+    variables.update(extra)
+    return Templar(loader=DataLoader(), variables=variables)
+
+
+def render_scrape(**extra) -> str:
+    """templates/prometheus-scrape.yml.j2 as the role's template task writes it (trim_blocks)."""
+    text = (ROLE / "templates" / "prometheus-scrape.yml.j2").read_text()
+    return _templar(extra).template(_trusted(text), escape_backslashes=False, overrides={"trim_blocks": True})
+
+
+def role_default(name: str, **extra) -> str:
+    return str(_templar(extra).template(_trusted("{{ " + name + " }}")))
+
+
+TLS_CASES = {"plain": {}, "llmfleet_tls": {"llmfleet_tls": True}}
+
+
+@pytest.mark.parametrize("case", TLS_CASES)
+def test_scrape_config_jobs(case: str) -> None:
+    config = yaml.safe_load(render_scrape(**TLS_CASES[case]))
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert set(jobs) == {"llmfleet-llama-server", "llmfleet-vllm", "llmfleet-node"}
     llama = jobs["llmfleet-llama-server"]
@@ -133,6 +172,60 @@ def test_scrape_config_jobs() -> None:
     # the role writes one target list per job, named after the file_sd path
     written = {Path(j["file_sd_configs"][0]["files"][0]).stem for j in jobs.values()}
     assert written == {"llama-server", "vllm", "node"}
+    if case == "plain":
+        assert "scheme" not in llama and "tls_config" not in llama
+    else:
+        assert llama["scheme"] == "https"
+        assert llama["tls_config"] == {"ca_file": "/etc/prometheus/llmfleet/ca.crt"}
+    # only the llama-server job goes through the chat page's TLS port
+    for name in ("llmfleet-vllm", "llmfleet-node"):
+        assert "scheme" not in jobs[name] and "tls_config" not in jobs[name]
+
+
+def test_scrape_config_without_a_ca_file_trusts_the_system_cas() -> None:
+    config = yaml.safe_load(render_scrape(llmfleet_tls=True, monitoring_tls_ca_file=""))
+    llama = config["scrape_configs"][0]
+    assert llama["scheme"] == "https" and "tls_config" not in llama
+
+
+def test_api_port_and_scheme_follow_llmfleet_tls() -> None:
+    assert (role_default("monitoring_api_port"), role_default("monitoring_api_scheme")) == ("8080", "http")
+    tls = {"llmfleet_tls": True}
+    assert (role_default("monitoring_api_port", **tls), role_default("monitoring_api_scheme", **tls)) == (
+        "8088",
+        "https",
+    )
+    assert role_default("monitoring_api_port", llmfleet_tls=True, chat_ui_port=9443) == "9443"
+    assert role_default("monitoring_api_port", llmfleet_tls=False, chat_ui_port=9443) == "8080"
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool (apt prometheus, scripts/host-setup.sh)")
+@pytest.mark.parametrize("case", TLS_CASES)
+def test_promtool_accepts_the_scrape_config_and_the_target_lists(case: str, tmp_path: Path) -> None:
+    from tests.support.tls import self_signed
+
+    extra = TLS_CASES[case]
+    text = render_scrape(**extra)
+    # the files where the config expects them, in tmp_path instead of /etc/prometheus/llmfleet/
+    targets = scrape_targets(PLAN, api_port=int(role_default("monitoring_api_port", **extra)))
+    for job, content in targets.items():
+        (tmp_path / f"{job}.json").write_text(json.dumps(content))
+    (tmp_path / "api-key").write_text("not-a-real-key\n")
+    cert, _ = self_signed("10.89.0.2", tmp_path / "tls")
+    shutil.copy(cert, tmp_path / "ca.crt")
+    config = tmp_path / "prometheus.yml"
+    config.write_text(text.replace("/etc/prometheus/llmfleet/", f"{tmp_path}/"))
+    result = subprocess.run(
+        ["promtool", "check", "config", str(config)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout + result.stderr
+    # and it fails closed on a missing key file (so the check above means something)
+    (tmp_path / "api-key").unlink()
+    result = subprocess.run(
+        ["promtool", "check", "config", str(config)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode != 0
 
 
 PLAN = {
