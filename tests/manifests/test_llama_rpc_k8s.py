@@ -39,6 +39,7 @@ import pytest
 import yaml
 
 from tests.support.ansible_env import ansible_env
+from tests.support.k8s_validate import assert_valid, run_strict
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "playbooks" / "render.yml"
@@ -178,12 +179,7 @@ def test_every_manifest_passes_kubernetes_validate_strict(rendered: Rendered, ve
         ["Namespace", "Secret", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy",
          "Service", "Service", "DaemonSet", "DaemonSet", "PersistentVolumeClaim", "Deployment"]
     )  # fmt: skip
-    proc = subprocess.run(
-        ["kubernetes-validate", "--strict", "-k", version, *map(str, rendered.files)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("passed") == len(rendered.files), proc.stdout
+    assert_valid(rendered.files, version)
 
 
 def test_a_misspelt_field_would_fail_the_validation(rendered: Rendered, tmp_path: Path) -> None:
@@ -192,10 +188,7 @@ def test_a_misspelt_field_would_fail_the_validation(rendered: Rendered, tmp_path
     ds["spec"]["template"]["spec"]["hostNetwrok"] = False
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(ds))
-    proc = subprocess.run(
-        ["kubernetes-validate", "--strict", "-k", K8S_VERSIONS[0], str(bad)], capture_output=True, text=True
-    )
-    assert proc.returncode != 0
+    assert run_strict([bad], K8S_VERSIONS[0]).returncode != 0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -394,11 +387,7 @@ def test_render_adds_the_chat_page_in_front_of_llama_server(tmp_path: Path) -> N
     assert {"Deployment", "Service", "Ingress", "ConfigMap", "Secret"} <= {
         o["kind"] for o in objects.values()
     }
-    validated = subprocess.run(
-        ["kubernetes-validate", "--strict", "-k", K8S_VERSIONS[-1], *map(str, chat_files)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert validated.returncode == 0, validated.stdout + validated.stderr
+    assert_valid(chat_files, K8S_VERSIONS[-1])
     (deployment,) = [o for o in objects.values() if o["kind"] == "Deployment"]
     (app,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e for e in app.get("env", [])}

@@ -40,6 +40,7 @@ from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
 
 from tests.support.ansible_env import ansible_env
 from tests.support.gguf_gen import TinyLlama, write_tiny_llama
+from tests.support.k8s_validate import assert_valid
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "playbooks" / "site.yml"
@@ -214,12 +215,7 @@ def test_site_renders_the_target_and_the_chat_page(rendered: Rendered) -> None:
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_every_manifest_passes_kubernetes_validate_strict(rendered: Rendered, version: str) -> None:
-    proc = subprocess.run(
-        ["kubernetes-validate", "--strict", "-k", version, *map(str, rendered.files)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("passed") == len(rendered.files), proc.stdout
+    assert_valid(rendered.files, version)
 
 
 def test_one_daemonset_per_architecture_of_the_mixed_fleet(rendered: Rendered) -> None:

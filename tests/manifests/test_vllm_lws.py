@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from tests.support.ansible_env import ansible_env
+from tests.support.k8s_validate import assert_valid
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared"
@@ -478,16 +479,7 @@ def test_other_objects_pass_kubernetes_validate_strict(rendered: Rendered, versi
     files = [p for p, o in rendered.objects.items() if o["kind"] not in CUSTOM_KINDS]
     kinds = {rendered.objects[p]["kind"] for p in files}
     assert {"Namespace", "Service", "Ingress", "Secret"} <= kinds
-    proc = subprocess.run(
-        ["kubernetes-validate", "--strict", "-k", version, *map(str, files)],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    passed = [line for line in proc.stdout.splitlines() if line.startswith("INFO") and " passed " in line]
-    assert len(passed) == len(files), proc.stdout + proc.stderr
+    assert_valid(files, version)
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
