@@ -63,6 +63,19 @@ CASES = [
         [160, 480],
         {"context": 8192, "parallel": 2, "min_workers": 2},
     ),
+    # The output layer kept on the head (-ot ...=CPU): the workers hold repeating layers only.
+    (
+        "gemma3-270m x2 output on head",
+        "gemma-3-270m-Q4_K_M.gguf",
+        [200, 200],
+        {"context": 4096, "min_workers": 2, "output_layer": "head"},
+    ),
+    (
+        "tiny-bigvocab-4L x2 output on head",
+        "tiny-llama-bigvocab-4L.gguf",
+        [80, 80],
+        {"context": 2048, "min_workers": 2, "output_layer": "head"},
+    ),
 ]
 
 
