@@ -26,6 +26,9 @@ if ((${#missing[@]})); then
   fi
 fi
 mkdir -p "$CACHE/podman/storage" "$CACHE/podman/run"
+# The real path: podman records its storage root and refuses another spelling of it later
+# (a cache reached through a symlink, as in a second worktree sharing this one).
+PODMAN_DIR=$(cd "$CACHE/podman" && pwd -P)
 # Podman's defaults fail on this kind of machine: rlimits above what root may
 # set, crun refusing hybrid cgroups. These settings work with v1, hybrid and v2.
 cat > "$CACHE/podman/containers.conf.new" <<CONF
@@ -40,8 +43,8 @@ CONF
 cat > "$CACHE/podman/storage.conf.new" <<CONF
 [storage]
 driver = "overlay"
-graphroot = "$CACHE/podman/storage"
-runroot = "$CACHE/podman/run"
+graphroot = "$PODMAN_DIR/storage"
+runroot = "$PODMAN_DIR/run"
 CONF
 for f in containers.conf storage.conf; do
   if cmp -s "$CACHE/podman/$f.new" "$CACHE/podman/$f"; then rm "$CACHE/podman/$f.new"
