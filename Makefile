@@ -26,7 +26,8 @@ export ANSIBLE_NOCOLOR := 1
 export NO_COLOR := 1
 
 .PHONY: help venv link host-setup images test-artifacts lint unit docs-check manifests \
-        build-check browser molecule demo-check test demo demo-down requirements clean
+        build-check browser molecule demo-check test demo demo-down requirements clean \
+        sanity docs docs-lint galaxy-check
 
 help:
 	@echo "make demo       bring up the demo fleet and serve a model split across it"
@@ -35,6 +36,7 @@ help:
 	@echo "parts: make lint | unit | docs-check | manifests | build-check | browser | molecule [SCENARIO=name]"
 	@echo "       make demo-check (the demo end to end: site.yml, verify, the chat page in a browser)"
 	@echo "       make test-artifacts | images | venv"
+	@echo "the ecosystem's gates: make sanity [SANITY='--test pep8'] | docs | docs-lint | galaxy-check"
 
 $(STAMP): requirements.txt
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -87,6 +89,22 @@ molecule: venv link images test-artifacts
 # real browser; the fleet is removed afterwards unless it was running before.
 demo-check: venv link host-setup images test-artifacts
 	@bash scripts/demo-check.sh $(DEMO_INVENTORY)
+
+# The ecosystem's gates (docs/development.md): ansible-test sanity, the role READMEs and the docs
+# site, antsibull-docs' lint, galaxy-importer on the built tarball. Not in `make test` yet.
+SANITY ?=
+sanity: venv link host-setup
+	@bash scripts/sanity.sh $(SANITY)
+
+docs: venv link
+	@bash scripts/build-docs.sh
+
+docs-lint: venv link
+	antsibull-docs lint-collection-docs --plugin-docs .
+	pytest -q tests/docs
+
+galaxy-check: venv
+	@bash scripts/galaxy-check.sh
 
 test: venv link host-setup images test-artifacts
 	$(MAKE) lint

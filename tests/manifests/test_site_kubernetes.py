@@ -40,11 +40,12 @@ from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
 
 from tests.support.ansible_env import ansible_env
 from tests.support.gguf_gen import TinyLlama, write_tiny_llama
+from tests.support.host_trees import recorded_hosts
 from tests.support.k8s_validate import assert_valid
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "playbooks" / "site.yml"
-MACHINES = ROOT / "tests" / "fixtures" / "hosts"
+MACHINES = recorded_hosts()  # tests/fixtures/hosts/ with the machines' names
 SUPERVISOR = ROOT / "roles" / "llama_rpc" / "files" / "llmfleet_supervisor.py"
 K8S_VERSIONS = ("1.33.0", "1.37.0")
 BUILD = "b0c1e570"

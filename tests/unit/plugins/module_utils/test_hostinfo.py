@@ -16,7 +16,9 @@ import pytest
 from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
 from ansible_collections.llmfleet.cluster.plugins.module_utils.hostinfo import HostInfoError
 
-FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "hosts"
+from tests.support.host_trees import recorded_hosts
+
+FIXTURES = recorded_hosts()  # tests/fixtures/hosts/ with the machines' names (see its README)
 
 AVX2 = ["avx", "avx2", "f16c", "fma"]
 AMX = ["amx_tile", "amx_int8", "amx_bf16"]

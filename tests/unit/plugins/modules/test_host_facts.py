@@ -10,7 +10,9 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.llmfleet.cluster.plugins.modules import host_facts
 
-FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "hosts"
+from tests.support.host_trees import recorded_hosts
+
+FIXTURES = recorded_hosts()  # tests/fixtures/hosts/ with the machines' names (see its README)
 
 
 def run(capsys: pytest.CaptureFixture, **args: object) -> tuple[int, dict]:

@@ -1,0 +1,75 @@
+"""What the release tarball holds: the collection a user installs, one licence, no test tooling."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+LEFT_OUT = (
+    "tests/",
+    "molecule/",
+    "bench/",
+    "scripts/",
+    "inventories/demo/",
+    "changelogs/fragments/",
+    "build/",
+)
+LEFT_OUT_FILES = ("Makefile", "ansible.cfg", "pyproject.toml", "requirements.in", "requirements.txt")
+
+
+@pytest.fixture(scope="module")
+def tarball(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tarball")
+    env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_CONFIG", "ANSIBLE_COLLECTIONS_PATH")}
+    subprocess.run(
+        ["ansible-galaxy", "collection", "build", "--output-path", str(out), str(ROOT)],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("llmfleet-cluster-*.tar.gz")
+    return built
+
+
+def test_the_tooling_of_the_checkout_stays_out(tarball: Path) -> None:
+    with tarfile.open(tarball) as tar:
+        names = tar.getnames()
+    top = {n.split("/")[0] for n in names}
+    assert top == {
+        "FILES.json",
+        "MANIFEST.json",
+        "LICENSE",
+        "README.md",
+        "changelogs",
+        "docs",
+        "inventories",
+        "meta",
+        "playbooks",
+        "plugins",
+        "roles",
+    }, top
+    assert not [n for n in names if n.startswith(LEFT_OUT) or n in LEFT_OUT_FILES or n.startswith(".")]
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert "inventories/homelab-example/hosts.yml" in names
+    assert tarball.stat().st_size < 512 * 1024, tarball.stat().st_size
+
+
+def test_one_licence(tarball: Path) -> None:
+    with tarfile.open(tarball) as tar:
+        manifest = json.load(tar.extractfile("MANIFEST.json"))
+        licence = tar.extractfile("LICENSE").read().decode()
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    assert galaxy["license"] == ["GPL-3.0-or-later"]
+    assert manifest["collection_info"]["license"] == ["GPL-3.0-or-later"]
+    assert licence.lstrip().startswith(
+        "GNU GENERAL PUBLIC LICENSE\n                       Version 3, 29 June 2007"
+    )
+    assert "END OF TERMS AND CONDITIONS" in licence and len(licence) > 30000
