@@ -14,7 +14,11 @@ description:
   - Reads a GGUF model's hyperparameters and the bytes of its tensors per repeating layer, the
     token embeddings and the output layer (tied or not), from a local file or an http(s) URL.
   - With a URL only the header and the tensor table are fetched, with HTTP Range requests
-    (a 20 GB model costs a few MB).
+    (a 20 GB model costs a few MB) through ansible's C(open_url). Every answer is checked: a
+    server that ignores Range (HTTP 200 past the first window), a Content-Range that does not
+    answer the request, an implausible Content-Length or file size are refused; the whole read
+    has one deadline (O(deadline)) and reads at most 64 MiB of header.
+  - Every count and hyperparameter is range- and type-checked; a failure names the key or tensor.
   - Read-only; supports check mode. Run it on the controller (C(delegate_to=localhost)).
 options:
   src:
@@ -22,9 +26,15 @@ options:
     type: str
     required: true
   timeout:
-    description: Seconds per HTTP request.
+    description: Seconds to wait for the server at any one moment (connect, or the next bytes).
     type: float
     default: 30
+  deadline:
+    description:
+      - Seconds for the whole read of a URL, however the server answers (a server that drips
+        bytes is cut off here). The module fails naming the URL when the header is not read by then.
+    type: float
+    default: 120
   tensors:
     description: Also return every tensor (name, type, dims, offset, bytes).
     type: bool
@@ -60,13 +70,14 @@ def main():
         argument_spec=dict(
             src=dict(type="str", required=True),
             timeout=dict(type="float", default=30.0),
+            deadline=dict(type="float", default=120.0),
             tensors=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     src = module.params["src"]
     try:
-        layout = read_layout(src, timeout=module.params["timeout"])
+        layout = read_layout(src, timeout=module.params["timeout"], deadline=module.params["deadline"])
     except GgufError as err:
         module.fail_json(msg="gguf_layout: %s" % err, src=src)
     except (OSError, ValueError) as err:
