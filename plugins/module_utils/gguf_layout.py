@@ -638,6 +638,22 @@ def _parse(buf: _Buffer) -> Tuple[Dict[str, Any], List[TensorInfo], int]:
                 % (buf.source, what, nbytes, _short(list(dims)))
             )
         tensors.append(TensorInfo(name, ggml_type, dims, offset, nbytes))
+    # Tensors never share bytes: overlapping data means a corrupt table (and counted bytes that
+    # are not there).
+    ordered = sorted(tensors, key=lambda t: (t.offset, t.nbytes))
+    for before, after in zip(ordered, ordered[1:]):
+        if after.offset < before.offset + before.nbytes:
+            raise GgufError(
+                "%s: tensor %s (offset %d) overlaps tensor %s (offset %d, %d bytes): corrupt tensor table"
+                % (
+                    buf.source,
+                    _short(after.name),
+                    after.offset,
+                    _short(before.name),
+                    before.offset,
+                    before.nbytes,
+                )
+            )
     return meta, tensors, data_offset
 
 
