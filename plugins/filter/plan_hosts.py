@@ -14,6 +14,8 @@ description:
     C(llmfleet_rpc_address) (default the probe's C(default_ipv4)), C(llmfleet_rpc_port)
     (default O(port)), C(llmfleet_reserve_mib) and C(llmfleet_speed) from O(hostvars) and returns
     the host dicts the M(llmfleet.cluster.gguf_layout) / P(llmfleet.cluster.plan_placement#filter) pair expects.
+  - A port outside 1-65535 (C(llmfleet_rpc_port) or O(port), 0 included) is refused naming the host,
+    never replaced by the default.
 options:
   _input:
     description: Inventory host names.
@@ -45,6 +47,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import host_from_fact
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import PlanInputError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import port as check_port
 
 
 def _get(hv, key):
@@ -63,17 +67,20 @@ def plan_hosts(names, hostvars, port=50052):
         except KeyError as err:
             raise AnsibleFilterError("plan_hosts: host %s is not in the inventory" % name) from err
         try:
+            rpc_port = _get(hv, "llmfleet_rpc_port")
+            # 0 is refused like 70000, not taken for "unset" (only an absent value is)
+            rpc_port = check_port(port if rpc_port is None else rpc_port, "host %s" % name)
             out.append(
                 host_from_fact(
                     str(name),
                     _get(hv, "llmfleet_host"),
                     address=_get(hv, "llmfleet_rpc_address"),
-                    port=_get(hv, "llmfleet_rpc_port") or port,
+                    port=rpc_port,
                     reserve_mib=_get(hv, "llmfleet_reserve_mib"),
                     speed=_get(hv, "llmfleet_speed"),
                 )
             )
-        except (TypeError, ValueError) as err:
+        except (PlanInputError, TypeError, ValueError) as err:
             raise AnsibleFilterError("plan_hosts: %s" % err) from err
     return out
 

@@ -38,6 +38,11 @@ import math
 import struct
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import (
+    check_hosts,
+    check_options,
+)
+
 __metaclass__ = type
 
 MIB = 1024 * 1024
@@ -211,6 +216,7 @@ def hosts_from_dicts(
     head: Dict[str, Any], workers: Sequence[Dict[str, Any]], reserve_mib: float = DEFAULT_RESERVE_MIB
 ) -> Tuple[Host, List[Host]]:
     """Build Host objects from plain dicts ({name, usable_mib, cpus, address, port, reserve_mib, speed})."""
+    head, workers, reserve_mib = check_hosts(head, workers, reserve_mib)  # refuses bad input by name
 
     def one(data: Dict[str, Any], role: str) -> Host:
         if "name" not in data:
@@ -927,7 +933,7 @@ def plan_llama_cpp(
 
     Raises PlacementError (with ``table`` and ``missing``) when nothing fits, ValueError on bad input.
     """
-    opts = Options(**(options or {}))
+    opts = Options(**check_options(options))
     opts.check()
     model = Model.from_layout(layout)
     head_host, worker_hosts = hosts_from_dicts(head, workers, reserve_mib)
@@ -1051,7 +1057,7 @@ def keep_previous(
     Returns ``{"keep": bool, "reasons": [...], "hosts": rows with the current usable and headroom,
     "table": those rows as text}`` (``hosts`` and ``table`` are empty when the inputs changed).
     """
-    opts = Options(**(options or {}))
+    opts = Options(**check_options(options))
     opts.check()
     head_host, worker_hosts = hosts_from_dicts(head, workers, reserve_mib)
     if not isinstance(previous, dict) or not previous:
