@@ -22,6 +22,15 @@ which other local users can read from /proc):
 
 Every option also reads an environment variable LLMFLEET_CHAT_<OPTION> (for
 example LLMFLEET_CHAT_UPSTREAM), which a Kubernetes Deployment can set.
+
+Bounded by design (the page faces the network without a password on /healthz and the API):
+a fixed pool of --max-connections worker threads answers requests; a connection that has
+sent nothing waits in one selector thread ("the waiting room", no thread of its own) and is
+closed --idle-timeout seconds after it was accepted; the request's headers must be complete
+--header-timeout seconds after the accept (a deadline, not a per-read timeout); one request
+per connection (Connection: close); API bodies are streamed upstream, never held whole; every
+handler error is answered; obs-folded headers and non-ASCII request targets are refused
+(400); the API relay is closed (403) when no upstream key is configured.
 """
 
 from __future__ import annotations
@@ -29,12 +38,17 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import collections
+import contextlib
 import hmac
 import http.client
 import http.server
+import io
 import json
 import logging
 import os
+import queue
+import selectors
 import signal
 import socket
 import ssl
@@ -49,6 +63,18 @@ VERSION = "1.0.0"
 MAX_BODY_BYTES = 1 << 20
 MAX_ERROR_BYTES = 16 << 10
 MAX_API_BODY_BYTES = 64 << 20
+API_BODY_CHUNK = 64 << 10
+# Connections: workers answering at once, seconds from accept to the first byte (idle) and to
+# the end of the headers, to read a body, and for a client that stops reading our answer.
+MAX_CONNECTIONS = 64
+IDLE_TIMEOUT = 10.0
+HEADER_TIMEOUT = 15.0
+BODY_TIMEOUT = 60.0
+WRITE_TIMEOUT = 60.0
+# Accepted connections that have sent nothing yet, at most (fewer when the file limit is low).
+MAX_WAITING = 2048
+# The open-file limit the app raises its soft limit to (the systemd unit sets LimitNOFILE too).
+NOFILE_WANTED = 4096
 # The upstream's own API, relayed by --api-passthrough (outside the page's prefix).
 API_PREFIXES = ("/v1/",)
 API_PATHS = ("/health", "/metrics")
@@ -80,6 +106,9 @@ class Config:
     tls_key: str = ""
     upstream_ca: str = ""
     api_passthrough: bool = False
+    max_connections: int = MAX_CONNECTIONS
+    idle_timeout: float = IDLE_TIMEOUT
+    header_timeout: float = HEADER_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -207,10 +236,161 @@ class Redactor:
         return data
 
 
-class ChatServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
+def _held_suffix(text: str, secret: str) -> int:
+    """Length of the longest end of ``text`` that is a proper beginning of ``secret``."""
+    for size in range(min(len(text), len(secret) - 1), 0, -1):
+        if text.endswith(secret[:size]):
+            return size
+    return 0
+
+
+class EventRedactor:
+    """Removes the key from the page's event stream, also when the upstream splits it over events.
+
+    The browser joins ``choices[i].delta.content`` of every event, so a key sent in two
+    pieces would be whole on the page although no single event holds it. Each data event is
+    parsed and written again (JSON escapes undone, so ``\\u0073k-...`` is seen as ``sk-...``);
+    the end of a choice's text that could be the start of the key is held back until the
+    next piece shows it is not (or it is replaced), and given out before ``[DONE]``.
+    """
+
+    def __init__(self, secret: str):
+        self._secret = secret
+        self._bytes = Redactor(secret)
+        self._held: dict[int, str] = {}
+
+    def _choice(self, position: int, choice: dict) -> None:
+        index = choice.get("index", position)
+        index = index if isinstance(index, int) else position
+        delta = choice.get("delta")
+        content = delta.get("content") if isinstance(delta, dict) else None
+        held = self._held.pop(index, "")
+        if not isinstance(content, str):
+            if held and isinstance(delta, dict):
+                delta["content"] = held
+            elif held:
+                self._held[index] = held
+            return
+        text = (held + content).replace(self._secret, REDACTED.decode())
+        if choice.get("finish_reason") is None:
+            keep = _held_suffix(text, self._secret)
+            if keep:
+                self._held[index] = text[-keep:]
+                text = text[:-keep]
+        delta["content"] = text
+
+    def flush(self) -> bytes:
+        """An event with the text still held back (it was not the key), or b""."""
+        if not self._held:
+            return b""
+        choices = [{"index": i, "delta": {"content": text}} for i, text in sorted(self._held.items())]
+        self._held = {}
+        return self._bytes(b"data: " + json.dumps({"choices": choices}).encode("utf-8") + b"\n\n")
+
+    def __call__(self, event: bytes) -> bytes:
+        if not self._secret:
+            return event
+        out = []
+        for line in event.splitlines(keepends=True):
+            if not line.startswith(b"data:"):
+                out.append(line)
+                continue
+            payload = line[len(b"data:") :].strip()
+            if payload == b"[DONE]":
+                out.append(self.flush())
+                out.append(line)
+                continue
+            try:
+                obj = json.loads(payload.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                out.append(line)
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("choices"), list):
+                for position, choice in enumerate(obj["choices"]):
+                    if isinstance(choice, dict):
+                        self._choice(position, choice)
+            ending = b"\r\n" if line.endswith(b"\r\n") else b"\n"
+            out.append(b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + ending)
+        return self._bytes(b"".join(out))
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reading side that stops at a deadline (``time.monotonic()``), not per read.
+
+    A client dripping one byte a second would reset a socket timeout forever; this one sets
+    the socket's timeout to what is left before every read and raises ``socket.timeout``
+    once the deadline has passed. ``deadline = None``: the socket's own timeout applies.
+    """
+
+    def __init__(self, sock: socket.socket):
+        super().__init__()
+        self._sock = sock
+        self.deadline: Optional[float] = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("deadline passed")
+            self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+
+class _ClientBodyError(Exception):
+    """The client did not send the body it announced (closed, or too slow)."""
+
+
+class _BodyStream:
+    """The request body, read in chunks as http.client sends it upstream (never held whole)."""
+
+    def __init__(self, rfile, length: int):
+        self._rfile = rfile
+        self.left = length
+
+    def read(self, size: int = -1) -> bytes:
+        if self.left <= 0:
+            return b""
+        size = self.left if size is None or size < 0 else min(size, self.left)
+        try:
+            data = self._rfile.read(min(size, API_BODY_CHUNK))
+        except OSError as exc:
+            raise _ClientBodyError(f"reading the request body: {exc or 'timed out'}") from exc
+        if not data:
+            raise _ClientBodyError(f"the client closed with {self.left} bytes of its body unsent")
+        self.left -= len(data)
+        return data
+
+
+def _raise_nofile(wanted: int = NOFILE_WANTED) -> int:
+    """Raise the soft open-file limit towards ``wanted`` (within the hard limit); returns it."""
+    try:
+        import resource
+    except ImportError:  # not on Linux: nothing to raise
+        return wanted
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return wanted if soft == resource.RLIM_INFINITY else soft
+
+
+class ChatServer(http.server.HTTPServer):
+    """The page's server: one accept loop, one waiting room, a fixed pool of workers.
+
+    ``serve_forever`` accepts; ``process_request`` hands the new connection to the waiting
+    room (a selector thread), which passes it to the workers once it has bytes to read and
+    closes it when it stays silent past ``idle_timeout``; ``max_connections`` workers answer.
+    """
+
     allow_reuse_address = True
-    request_queue_size = 64
+    request_queue_size = 128
 
     def __init__(self, config: Config):
         self.config = config
@@ -234,16 +414,134 @@ class ChatServer(http.server.ThreadingHTTPServer):
                     f"tls: cannot load certificate {config.tls_cert} with key {config.tls_key}: {exc}"
                 ) from exc
             self.tls_context = context
+        if not 1 <= config.max_connections <= 4096:
+            raise ConfigError(f"max connections: {config.max_connections} is not from 1 to 4096")
+        for name in ("idle_timeout", "header_timeout"):
+            value = getattr(config, name)
+            if not 0 < value <= 3600:
+                raise ConfigError(f"{name.replace('_', ' ')}: {value} is not from 0 to 3600 seconds")
         family = socket.AF_INET6 if ":" in config.listen else socket.AF_INET
         self.address_family = family
         super().__init__((config.listen, config.port), ChatHandler)
+        nofile = _raise_nofile()
+        # Keep files for the workers (a client and an upstream socket each) and the process.
+        self.max_waiting = max(16, min(MAX_WAITING, nofile - 2 * config.max_connections - 64))
+        self._local = threading.local()
+        self._inbox: list[tuple[socket.socket, Any, float]] = []
+        self._inbox_lock = threading.Lock()
+        self._ready: queue.Queue = queue.Queue()
+        self._closing = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self.dropped_idle = 0
+        self._threads = [threading.Thread(target=self._waiting_room, name="chat-waiting", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._worker, name=f"chat-worker-{i}", daemon=True)
+            for i in range(config.max_connections)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # Connections -----------------------------------------------------------
+
+    def process_request(self, request, client_address):
+        """Called by the accept loop: the connection waits for its first bytes without a thread."""
+        with self._inbox_lock:
+            self._inbox.append((request, client_address, time.monotonic()))
+        self._wake()
+
+    def _wake(self) -> None:
+        # A full pipe will be read anyway; a closed one means we are stopping.
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def accepted_at(self) -> float:
+        """When the connection this worker thread handles was accepted (time.monotonic())."""
+        return getattr(self._local, "accepted", time.monotonic())
+
+    def _waiting_room(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self._wake_r, selectors.EVENT_READ, None)
+        waiting: collections.OrderedDict[socket.socket, tuple[Any, float]] = collections.OrderedDict()
+
+        def drop(sock: socket.socket) -> None:
+            selector.unregister(sock)
+            del waiting[sock]
+            self.shutdown_request(sock)
+
+        try:
+            while not self._closing.is_set():
+                timeout = 1.0
+                if waiting:
+                    first = next(iter(waiting.values()))[1]
+                    timeout = min(1.0, max(0.01, first + self.config.idle_timeout - time.monotonic()))
+                for key, _ in selector.select(timeout):
+                    if key.data is None:
+                        try:
+                            while self._wake_r.recv(4096):
+                                pass
+                        except OSError:
+                            pass
+                        continue
+                    sock = key.fileobj
+                    selector.unregister(sock)
+                    address, accepted = waiting.pop(sock)
+                    self._ready.put((sock, address, accepted))
+                with self._inbox_lock:
+                    new, self._inbox = self._inbox, []
+                for sock, address, accepted in new:
+                    waiting[sock] = (address, accepted)
+                    selector.register(sock, selectors.EVENT_READ, address)
+                    while len(waiting) > self.max_waiting:  # the oldest silent one makes room
+                        self.dropped_idle += 1
+                        drop(next(iter(waiting)))
+                now = time.monotonic()
+                while waiting:
+                    sock, (address, accepted) = next(iter(waiting.items()))
+                    if accepted + self.config.idle_timeout > now:
+                        break
+                    self.dropped_idle += 1
+                    drop(sock)
+        finally:
+            for sock in list(waiting):
+                drop(sock)
+            selector.close()
+
+    def _worker(self) -> None:
+        while True:
+            item = self._ready.get()
+            if item is None:
+                return
+            sock, address, accepted = item
+            self._local.accepted = accepted
+            try:
+                self.finish_request(sock, address)
+            except Exception:  # one broken connection must not end the worker
+                self.handle_error(sock, address)
+            finally:
+                self.shutdown_request(sock)
+
+    def handle_error(self, request, client_address) -> None:
+        LOG.exception("%s: the connection failed", client_address[0] if client_address else "?")
+
+    def server_close(self) -> None:
+        self._closing.set()
+        self._wake()
+        for _ in range(self.config.max_connections):
+            self._ready.put(None)
+        super().server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._wake_r.close()
+        self._wake_w.close()
 
     def finish_request(self, request, client_address):
         # The TLS handshake runs here, in the request's own thread, so a slow
         # client cannot hold up accept() for everyone else.
         if self.tls_context is None:
             return super().finish_request(request, client_address)
-        request.settimeout(30)
+        request.settimeout(max(0.01, self.accepted_at() + self.config.header_timeout - time.monotonic()))
         try:
             tls = self.tls_context.wrap_socket(request, server_side=True)
         except (OSError, ssl.SSLError) as exc:
@@ -299,10 +597,41 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "llmfleet-chat/" + VERSION
     sys_version = ""
-    timeout = 300
+    timeout = WRITE_TIMEOUT  # for writes; reads run against the deadlines below
     server: ChatServer
 
     # Plumbing -------------------------------------------------------------
+
+    def setup(self) -> None:
+        super().setup()
+        self._reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+        # The request line and every header by this time after the accept, however they drip.
+        self._reader.deadline = self.server.accepted_at() + self.server.config.header_timeout
+        self._headers_sent = False
+
+    def send_response(self, code: int, message: Optional[str] = None) -> None:
+        super().send_response(code, message)
+        # One request per connection: a worker is never held by an idle keep-alive.
+        self.send_header("Connection", "close")
+
+    def end_headers(self) -> None:
+        self._headers_sent = True
+        super().end_headers()
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        self._reader.deadline = time.monotonic() + BODY_TIMEOUT
+        target = self.path
+        if not target.isascii() or any(ord(c) < 0x21 or ord(c) == 0x7F for c in target):
+            self._error(400, "the request target must be ASCII without spaces or control characters")
+            return False
+        if self.headers.defects or any("\r" in v or "\n" in v for v in self.headers.values()):
+            # A folded line (obs-fold, RFC 9112 5.2) would reach the upstream as one value.
+            self._error(400, "folded or malformed header lines are refused")
+            return False
+        return True
 
     def log_message(self, format, *args):
         LOG.info("%s %s", self.address_string(), format % args)
@@ -350,6 +679,25 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
         self._dispatch()
 
     def _dispatch(self) -> None:
+        """Route the request; whatever goes wrong, the client gets an answer (or a closed socket
+        when it went away), never a silently dropped connection."""
+        try:
+            self._route()
+        except (ConnectionError, socket.timeout, ssl.SSLError) as exc:
+            LOG.info("%s: the client went away or was too slow: %s", self.address_string(), exc)
+            self.close_connection = True
+        except _ClientBodyError as exc:
+            LOG.info("%s: %s", self.address_string(), exc)
+            self.close_connection = True
+            if not self._headers_sent:
+                self._error(408, str(exc))
+        except Exception:  # answered below, logged with its traceback
+            LOG.exception("%s: %s %r failed", self.address_string(), self.command, self.path)
+            self.close_connection = True
+            if not self._headers_sent:
+                self._error(500, "internal error")
+
+    def _route(self) -> None:
         path = urllib.parse.urlsplit(self.path).path
         prefix = self.server.prefix
         if path in ("/healthz", prefix + "/healthz"):
@@ -403,6 +751,9 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
         if not 0 < length <= MAX_BODY_BYTES:
             raise _HTTPError(413, f"the request body must be 1 to {MAX_BODY_BYTES} bytes")
         raw = self.rfile.read(length)
+        if len(raw) != length:
+            raise _ClientBodyError(f"the client sent {len(raw)} of the {length} bytes it announced")
+        self._reader.deadline = None
         try:
             return json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
@@ -440,6 +791,11 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
     def _passthrough(self) -> None:
         """Relay one call of the upstream's own API, as it is, with the client's credentials."""
         server = self.server
+        if not server.config.api_key:
+            # No key upstream means an upstream that checks nothing: relaying would open it.
+            return self._error(
+                403, "the API relay is closed: the chat page has no upstream API key configured"
+            )
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             return self._error(411, "Content-Length required")
         try:
@@ -448,11 +804,13 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
             return self._error(400, "bad Content-Length")
         if not 0 <= length <= MAX_API_BODY_BYTES:
             return self._error(413, f"the request body must be at most {MAX_API_BODY_BYTES} bytes")
-        body = self.rfile.read(length) if length else None
+        body = _BodyStream(self.rfile, length) if length else None
         headers = {"User-Agent": "llmfleet-chat/" + VERSION}
         for name in API_REQUEST_HEADERS:
             if self.headers.get(name):
                 headers[name] = self.headers[name]
+        if length:
+            headers["Content-Length"] = str(length)
         split = urllib.parse.urlsplit(self.path)
         path = server.upstream.base_path + split.path + ("?" + split.query if split.query else "")
         target = server.upstream.display + split.path
@@ -460,6 +818,7 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
         try:
             try:
                 conn.request(self.command, path, body, headers)
+                self._reader.deadline = None
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as exc:
                 LOG.warning("upstream %s: %s", target, exc)
@@ -512,6 +871,7 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
         started = time.monotonic()
         events = 0
         pending: list[bytes] = []
+        redact = EventRedactor(self.server.config.api_key)
         try:
             try:
                 while True:
@@ -520,7 +880,7 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
                         break
                     pending.append(line)
                     if line in (b"\n", b"\r\n"):
-                        self._write_chunk(self.server.redact(b"".join(pending)))
+                        self._write_chunk(redact(b"".join(pending)))
                         pending = []
                         events += 1
             except (OSError, http.client.HTTPException) as exc:
@@ -528,8 +888,9 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
                 LOG.warning("upstream %s failed after %d events: %s", target, events, exc)
                 error = json.dumps({"error": {"message": f"upstream {target} failed: {exc}"}})
                 pending.append(b"\ndata: " + error.encode("utf-8") + b"\n\n")
-            if pending:
-                self._write_chunk(self.server.redact(b"".join(pending)))
+            pending.insert(0, redact.flush())
+            if any(pending):
+                self._write_chunk(redact(b"".join(pending)))
             self._write_chunk(b"")
         except (ConnectionError, ssl.SSLError, socket.timeout) as exc:
             # The browser went away (stop button, closed tab): closing the
@@ -872,6 +1233,24 @@ def parse_args(argv: Optional[list[str]] = None, environ: Optional[dict[str, str
         "--upstream-ca", default=default("upstream-ca", ""), help="CA bundle to trust for an https upstream"
     )
     parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=int(default("max-connections", str(MAX_CONNECTIONS))),
+        help="requests answered at once (worker threads; default %(default)s)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=float(default("idle-timeout", str(IDLE_TIMEOUT))),
+        help="seconds a new connection may stay silent (default %(default)s)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=float(default("header-timeout", str(HEADER_TIMEOUT))),
+        help="seconds from the accept to the end of the request's headers (default %(default)s)",
+    )
+    parser.add_argument(
         "--api-passthrough",
         action="store_true",
         default=default("api-passthrough", "").lower() in ("1", "true", "yes"),
@@ -896,6 +1275,9 @@ def parse_args(argv: Optional[list[str]] = None, environ: Optional[dict[str, str
         tls_key=args.tls_key,
         upstream_ca=args.upstream_ca,
         api_passthrough=args.api_passthrough,
+        max_connections=args.max_connections,
+        idle_timeout=args.idle_timeout,
+        header_timeout=args.header_timeout,
     )
 
 

@@ -9,7 +9,10 @@ fallback for every subset of them. The supervisor
 1. finds the planned workers' endpoints (``--discovery``: ``static`` reads them from the
    plan; ``kubernetes`` lists the Ready rpc-server pods through the API server and keys them
    by node name; another target registers its ``Discovery`` class in ``DISCOVERIES``),
-2. TCP-probes them until the answering set is stable (``--stable`` equal probes in a row),
+2. probes them at the RPC level (ggml-rpc ``HELLO``, answered within ``--probe-timeout``
+   seconds, a deadline for connect, send and answer together; a worker that accepts TCP and
+   says nothing is down, and every change of a worker's state is logged by its name) until
+   the answering set is stable (``--stable`` equal probes in a row),
 3. picks the entry whose ``workers`` equal that set: the plan itself when every planned
    worker answers, else - once the missing ones have been gone for ``--grace`` seconds - the
    fallback for the set, or it logs why it waits (no entry, or the fallback's refusal),
@@ -22,28 +25,150 @@ While llama-server runs, the workers it uses are not probed by connecting (rpc-s
 serves one client at a time with a listen backlog of 1, so probes would queue and time
 out); their health is read from the kernel's TCP table instead (``/proc/net/tcp``): a worker
 whose connection from this network namespace was established and no longer is has gone.
+
+The plan is validated once, at start: a plan the supervisor cannot use (not JSON, a fallback
+that is not an object, an endpoint that is a number or ``host:notaport``, a fallback naming a
+worker the plan does not have, ...) is one line on stderr naming the plan, the entry and the
+value, and exit status 78 (``EX_CONFIG``), which the systemd unit lists in
+``RestartPreventExitStatus`` so that a bad plan is not restarted in a loop.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from typing import Optional
 
-VERSION = "1"
+VERSION = "2"
 TCP_ESTABLISHED = "01"
+# Exit status for a plan or setting that cannot work (sysexits.h EX_CONFIG); the systemd unit
+# does not restart on it (RestartPreventExitStatus=78).
+EXIT_BAD_PLAN = 78
+# ggml-rpc (llama.cpp ggml/src/ggml-rpc/ggml-rpc.cpp, protocol 7): a request is
+# | command (1 byte) | size (u64 LE) | data |, an answer | size (u64 LE) | data |; the first
+# command of a connection is HELLO (14) with the client's 24 bytes of transport capabilities
+# (all zero: plain TCP), answered by | major | minor | patch | pad | 24 bytes of capabilities |.
+RPC_CMD_HELLO = 14
+RPC_CONN_CAPS_SIZE = 24
+HELLO_REQUEST = bytes([RPC_CMD_HELLO]) + struct.pack("<Q", RPC_CONN_CAPS_SIZE) + bytes(RPC_CONN_CAPS_SIZE)
+# 4 + caps (protocol 7) or the 3 version bytes of older protocols.
+HELLO_ANSWER_SIZES = (4 + RPC_CONN_CAPS_SIZE, 3)
 
 
 class SupervisorError(Exception):
     """A plan or an option the supervisor cannot work with."""
+
+
+class PlanError(SupervisorError):
+    """The plan itself is unusable; the message names the plan, the entry and the value."""
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def check_endpoint(endpoint: object, where: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``) with a port from 1 to 65535, else PlanError naming ``where``."""
+    if not isinstance(endpoint, str):
+        raise PlanError(f"{where}: endpoint {endpoint!r} is a {_kind(endpoint)}, not a 'host:port' string")
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host:
+        raise PlanError(f"{where}: endpoint {endpoint!r} is not host:port")
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        raise PlanError(f"{where}: endpoint {endpoint!r}: the port {port!r} is not a number from 1 to 65535")
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise PlanError(f"{where}: endpoint {endpoint!r}: {host} is not an IPv6 address") from None
+        host = host[1:-1]
+    elif ":" in host or not host.isascii() or any(c.isspace() or c in ",/[]@" for c in host):
+        raise PlanError(f"{where}: endpoint {endpoint!r}: {host!r} is not a host name or address")
+    return host, int(port)
+
+
+def _str_list(value: object, where: str, allow_empty: bool = True) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise PlanError(f"{where} must be a list of strings, got {_kind(value)} {value!r:.80}")
+    if not allow_empty and not value:
+        raise PlanError(f"{where} is empty")
+    return value
+
+
+def _check_args(args: list[str], where: str) -> None:
+    for i, arg in enumerate(args[:-1]):
+        if arg == "--rpc":
+            for endpoint in args[i + 1].split(","):
+                check_endpoint(endpoint, f"{where} --rpc")
+
+
+def _check_hosts(hosts: object, where: str) -> None:
+    if hosts is None:
+        return
+    if not isinstance(hosts, list):
+        raise PlanError(f"{where}.hosts must be a list, got {_kind(hosts)}")
+    for i, host in enumerate(hosts):
+        if not isinstance(host, dict):
+            raise PlanError(f"{where}.hosts[{i}] is a {_kind(host)}, not an object: {host!r:.80}")
+        name = host.get("name")
+        if not isinstance(name, str) or not name:
+            raise PlanError(f"{where}.hosts[{i}]: the name {name!r} is not a non-empty string")
+        if host.get("role") == "worker" and host.get("endpoint") is not None:
+            check_endpoint(host["endpoint"], f"{where}: worker {name}")
+
+
+def validate_plan(plan: object, path: str) -> dict:
+    """Check everything the supervisor reads from the plan, once; PlanError on the first problem."""
+    where = f"plan {path}"
+    if not isinstance(plan, dict):
+        raise PlanError(f"{where}: not an llmfleet plan (a {_kind(plan)}, not an object)")
+    if not isinstance(plan.get("workers"), list):
+        raise PlanError(f"{where}: not an llmfleet plan (no list 'workers')")
+    workers = _str_list(plan["workers"], f"{where}: workers")
+    if any(not name for name in workers) or len(set(workers)) != len(workers):
+        raise PlanError(f"{where}: workers {workers!r} has an empty or a repeated name")
+    if not isinstance(plan.get("llama_server_args"), list):
+        raise PlanError(f"{where}: the plan has no list 'llama_server_args'")
+    _check_args(_str_list(plan["llama_server_args"], f"{where}: llama_server_args"), where)
+    _check_hosts(plan.get("hosts"), where)
+    fallbacks = plan.get("fallbacks")
+    if fallbacks is not None and not isinstance(fallbacks, list):
+        raise PlanError(f"{where}: fallbacks must be a list, got {_kind(fallbacks)}")
+    for index, fallback in enumerate(fallbacks or []):
+        name = f"{where}: fallback[{index}]"
+        if not isinstance(fallback, dict):
+            raise PlanError(f"{name} is a {_kind(fallback)}, not an object: {fallback!r:.80}")
+        used = _str_list(fallback.get("workers") or [], f"{name}.workers")
+        unknown = sorted(set(used) - set(workers))
+        if unknown:
+            raise PlanError(f"{name} names worker(s) {', '.join(unknown)} that the plan does not have")
+        if not isinstance(fallback.get("ok", False), bool):
+            raise PlanError(f"{name}.ok must be true or false, got {fallback.get('ok')!r}")
+        args = _str_list(fallback.get("llama_server_args") or [], f"{name}.llama_server_args")
+        if fallback.get("ok") and not args:
+            raise PlanError(f"{name} for {sorted(used)} is ok but has no llama_server_args")
+        _check_args(args, name)
+        if not isinstance(fallback.get("reason") or "", str):
+            raise PlanError(f"{name}.reason must be a string, got {_kind(fallback.get('reason'))}")
+        _check_hosts(fallback.get("hosts"), name)
+    try:
+        plan_endpoints(plan)
+    except SupervisorError as exc:
+        raise PlanError(f"{where}: {exc}") from None
+    return plan
 
 
 # --------------------------------------------------------------------------- plan
@@ -65,12 +190,8 @@ def load_plan(path: str) -> dict:
         with open(path, encoding="utf-8") as handle:
             plan = json.load(handle)
     except (OSError, ValueError) as exc:
-        raise SupervisorError(f"cannot read the plan {path}: {exc}") from exc
-    if not isinstance(plan, dict) or not isinstance(plan.get("workers"), list):
-        raise SupervisorError(f"{path}: not an llmfleet plan (no list 'workers')")
-    if not isinstance(plan.get("llama_server_args"), list):
-        raise SupervisorError(f"{path}: the plan has no list 'llama_server_args'")
-    return plan
+        raise PlanError(f"cannot read the plan {path}: {exc}") from exc
+    return validate_plan(plan, path)
 
 
 def plan_entries(plan: dict) -> dict[frozenset[str], Entry]:
@@ -242,13 +363,49 @@ DISCOVERIES = {"static": StaticDiscovery, "kubernetes": KubernetesDiscovery}
 # --------------------------------------------------------------------------- probing
 
 
-def tcp_answers(endpoint: str, timeout: float) -> bool:
+def _recv_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
+    data = b""
+    while len(data) < size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("deadline passed")
+        sock.settimeout(left)
+        piece = sock.recv(size - len(data))
+        if not piece:
+            raise EOFError(f"closed after {len(data)} of {size} bytes")
+        data += piece
+    return data
+
+
+def rpc_hello(endpoint: str, timeout: float) -> tuple[bool, str]:
+    """Ask the worker for its ggml-rpc HELLO within ``timeout`` seconds in all: (up, what happened)."""
+    deadline = time.monotonic() + timeout
     host, port = split_endpoint(endpoint)
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except socket.timeout:
+        return False, f"no TCP connection within {timeout:g} s"
+    except OSError as exc:
+        return False, f"no TCP connection: {exc.strerror or exc}"
+    try:
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        sock.sendall(HELLO_REQUEST)
+        size = struct.unpack("<Q", _recv_exact(sock, 8, deadline))[0]
+        if size not in HELLO_ANSWER_SIZES:
+            return False, f"answered HELLO with a {size}-byte message: not a ggml rpc-server"
+        answer = _recv_exact(sock, size, deadline)
+        return True, f"rpc-server protocol {answer[0]}.{answer[1]}.{answer[2]}"
+    except socket.timeout:
+        return False, (
+            f"accepts TCP but gave no HELLO answer within {timeout:g} s "
+            "(not an rpc-server, hung, or busy with another client)"
+        )
+    except (EOFError, ConnectionResetError) as exc:
+        return False, f"closed the connection instead of answering HELLO ({exc}; another protocol version?)"
+    except OSError as exc:
+        return False, f"HELLO failed: {exc.strerror or exc}"
+    finally:
+        sock.close()
 
 
 def _decode_addr(text: str) -> tuple[str, int]:
@@ -326,6 +483,7 @@ class Supervisor:
         self.last_wait_logged = 0.0
         self.stopping = False
         self.starts = 0
+        self.worker_state: dict[str, str] = {}
 
     # -- observation
     def answering(self, endpoints: dict[str, str]) -> frozenset[str]:
@@ -350,9 +508,19 @@ class Supervisor:
                     up.add(name)  # llama-server has not connected yet: still loading
                 else:
                     log(f"worker {name} ({endpoint}): llama-server's connection to it is gone")
-            elif tcp_answers(endpoint, self.opts.probe_timeout):
-                up.add(name)
+            else:
+                ok, detail = rpc_hello(endpoint, self.opts.probe_timeout)
+                self.note_worker(name, endpoint, ok, detail)
+                if ok:
+                    up.add(name)
         return frozenset(up)
+
+    def note_worker(self, name: str, endpoint: str, ok: bool, detail: str) -> None:
+        """Log a worker's probe result by name whenever it changes (up, or why it is down)."""
+        state = "up" if ok else detail
+        if self.worker_state.get(name) != state:
+            self.worker_state[name] = state
+            log(f"worker {name} ({endpoint}): {'up, ' + detail if ok else 'down: ' + detail}")
 
     def stable(self, current: frozenset[str]) -> bool:
         self.history = ([*self.history, current])[-self.opts.stable :]
@@ -506,7 +674,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--grace", type=float, default=30.0, help="seconds a worker may be gone before a fallback"
     )
-    parser.add_argument("--probe-timeout", type=float, default=1.0)
+    parser.add_argument(
+        "--probe-timeout",
+        type=float,
+        default=3.0,
+        help="seconds for a worker's HELLO: connect, send and answer together",
+    )
     parser.add_argument("--stop-timeout", type=float, default=10.0, help="seconds from SIGTERM to SIGKILL")
     parser.add_argument("--state-file", default="", help="JSON file describing what runs now")
     parser.add_argument(
@@ -531,8 +704,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         plan = load_plan(opts.plan)
         supervisor = Supervisor(opts, plan)
     except SupervisorError as exc:
-        log(f"error: {exc}")
-        return 2
+        log(f"error: {exc}; not starting (exit {EXIT_BAD_PLAN}: fix the plan or the options, then restart)")
+        return EXIT_BAD_PLAN
     return supervisor.run()
 
 

@@ -11,7 +11,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.fake_rpc import FakeRpcServer
 
 ROOT = Path(__file__).resolve().parents[3]
 SUPERVISOR = ROOT / "roles" / "llama_rpc" / "files" / "llmfleet_supervisor.py"
@@ -46,30 +47,8 @@ FAKE_SERVER = textwrap.dedent(
 )
 
 
-class Worker:
-    """A listening socket on loopback that accepts and closes, like an idle rpc-server."""
-
-    def __init__(self) -> None:
-        self.sock: socket.socket | None = None
-        self.port = 0
-        self.up()
-
-    def up(self) -> None:
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.port))
-        sock.listen(16)
-        self.port = sock.getsockname()[1]
-        self.sock = sock
-
-    def down(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
+class Worker(FakeRpcServer):
+    """A fake rpc-server on loopback that answers HELLO (tests/support/fake_rpc.py)."""
 
 
 def make_plan(workers: dict[str, Worker], fallbacks: list[dict]) -> dict:
@@ -249,7 +228,7 @@ def test_rewrite_rpc_maps_planned_to_discovered_endpoints_in_order() -> None:
     assert sup.rewrite_rpc(args, planned, planned) == args
 
 
-def test_unreadable_plan_exits_2_and_names_the_file(tmp_path: Path) -> None:
+def test_unreadable_plan_exits_78_and_names_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "plan.json"
     bad.write_text("{not json")
     proc = subprocess.run(
@@ -258,7 +237,7 @@ def test_unreadable_plan_exits_2_and_names_the_file(tmp_path: Path) -> None:
         text=True,
         timeout=20,
     )
-    assert proc.returncode == 2
+    assert proc.returncode == sup.EXIT_BAD_PLAN == 78
     assert str(bad) in proc.stderr
 
 

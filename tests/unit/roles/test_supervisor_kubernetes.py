@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_kube_api import FakeKubeApi, pod, self_signed
+from tests.support.fake_rpc import FakeRpcServer
 
 ROOT = Path(__file__).resolve().parents[3]
 SUPERVISOR = ROOT / "roles" / "llama_rpc" / "files" / "llmfleet_supervisor.py"
@@ -194,11 +194,18 @@ FAKE_SERVER = textwrap.dedent(
 )
 
 
-def listener() -> socket.socket:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    return sock
+class _Rpc(FakeRpcServer):
+    """A fake rpc-server (it answers the supervisor's HELLO) with the socket API this file uses."""
+
+    def getsockname(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    def close(self) -> None:
+        self.down()
+
+
+def listener() -> _Rpc:
+    return _Rpc()
 
 
 def test_supervisor_runs_llama_server_on_the_discovered_pods_in_plan_order(api, tmp_path) -> None:
