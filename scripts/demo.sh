@@ -121,7 +121,7 @@ done
 # 2. The mirror: the pinned artifacts on the network's gateway (hard links, no copies).
 mkdir -p "$state/mirror"
 for f in "$CACHE"/dist/llama-*-bin-ubuntu-x64.tar.gz "$CACHE"/dist/llama.cpp-*-src.tar.gz \
-  "$CACHE"/models/gemma-3-270m-Q4_K_M.gguf; do
+  "$CACHE"/models/SmolLM2-135M-Instruct.Q4_1.gguf; do
   [[ -f $f ]] || {
     echo "demo: missing $f (run make test-artifacts)" >&2
     exit 1
@@ -152,18 +152,18 @@ echo
 echo "==== plan ($state/out/plan.md)"
 cat "$state/out/plan.md" 2>/dev/null || echo "(no plan.md written)"
 echo
+# The question a newcomer would ask; the answer must read as one (scripts/demo-answer.py refuses an
+# empty answer or one with chat-template markers in it).
+question=${DEMO_QUESTION:-"Name three colours."}
 echo "==== a real answer through $head"
-podman exec "$head" sh -c 'curl -s -m 120 http://127.0.0.1:8080/v1/chat/completions \
-  -H "Authorization: Bearer $(cat /etc/llmfleet/api-key)" -H "Content-Type: application/json" \
-  -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Write one sentence about the sea.\"}],\"max_tokens\":48}"' \
-  | python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-t = r.get("timings", {})
-print("answer:", json.dumps(r["choices"][0]["message"]["content"]))
-print("tokens: %d in %.0f ms = %.1f tokens/s (prompt %.1f tokens/s)" % (
-    t.get("predicted_n", 0), t.get("predicted_ms", 0), t.get("predicted_per_second", 0),
-    t.get("prompt_per_second", 0)))'
+body=$(python3 -c 'import json, sys; print(json.dumps({"messages": [{"role": "user", "content": sys.argv[1]}],
+  "max_tokens": 48, "temperature": 0}))' "$question")
+if ! podman exec -i "$head" sh -c 'curl -s -m 120 http://127.0.0.1:8080/v1/chat/completions \
+  -H "Authorization: Bearer $(cat /etc/llmfleet/api-key)" -H "Content-Type: application/json" -d @-' \
+  <<<"$body" | python3 scripts/demo-answer.py --question "$question"; then
+  echo "demo: the head gave no answer that reads as one (above)" >&2
+  exit 1
+fi
 head_ip=$(podman inspect -f "{{(index .NetworkSettings.Networks \"$net_name\").IPAddress}}" "$head")
 read -r chat_scheme chat_port chat_prefix <<<"$(get chat_path)"
 echo

@@ -9,6 +9,10 @@ largest predicted total MiB of its workers over the plan and its ok fallbacks (t
 request), the largest usable minus reserve MiB (the limit, which the plan never exceeds) and the
 smallest thread count; the llama.cpp pin of every architecture (workers and head) is looked up in
 the release table; whatever the pods would lack is reported in ``problems``.
+
+A plan with no worker (the head alone holds the model) is llama-server alone: no rpc-server
+DaemonSet, no workers Service or NetworkPolicy, and no Role to list pods with (the supervisor
+discovers nothing: ``discovery`` is ``static`` and the plan's arguments carry no ``--rpc``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -75,7 +79,11 @@ def worker_groups(plan, host_facts):
 
 
 def manifest_list(archs):
-    """The files, in apply order: Namespace first, the Secret flagged, one DaemonSet per arch."""
+    """The files, in apply order: Namespace first, the Secret flagged, one DaemonSet per arch.
+
+    Without any architecture (a plan with no worker) the objects that exist only for the workers
+    (Role and RoleBinding to list their pods, NetworkPolicy, headless Service) are left out.
+    """
 
     def item(template, number, kind, secret=False, arch=None, suffix=None):
         entry = {
@@ -93,11 +101,14 @@ def manifest_list(archs):
         item("secret", 1, "Secret", secret=True),
         item("configmap", 2, "ConfigMap"),
         item("serviceaccount", 3, "ServiceAccount"),
-        item("role", 4, "Role"),
-        item("rolebinding", 5, "RoleBinding"),
-        item("networkpolicy", 6, "NetworkPolicy"),
-        item("service-workers", 7, "Service"),
     ]
+    if archs:
+        out += [
+            item("role", 4, "Role"),
+            item("rolebinding", 5, "RoleBinding"),
+            item("networkpolicy", 6, "NetworkPolicy"),
+            item("service-workers", 7, "Service"),
+        ]
     out += [item("daemonset", 8, "DaemonSet", arch=a, suffix="daemonset-" + a) for a in sorted(archs)]
     out += [item("pvc", 9, "PersistentVolumeClaim"), item("deployment", 10, "Deployment")]
     out.append(item("service-api", 11, "Service"))
@@ -151,5 +162,7 @@ def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build
         "manifest_dir": out_dir + "/manifests",
         "key_file": out_dir + "/llama-rpc-api-key",
         "names": dict(NAMES),
+        "workerless": not groups,
+        "discovery": "kubernetes" if groups else "static",
         "manifests": manifest_list(groups),
     }

@@ -604,12 +604,11 @@ def test_rendered_pods_run_on_podman_hosts_and_answer(tmp_path: Path) -> None:
 
 
 DEMO = ROOT / "inventories" / "demo"
+DEMO_MODEL = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"  # inventories/demo's llmfleet_model
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (CACHE / "models" / "gemma-3-270m-Q4_K_M.gguf").is_file(), reason="needs make test-artifacts"
-)
+@pytest.mark.skipif(not DEMO_MODEL.is_file(), reason="needs make test-artifacts")
 @pytest.mark.skipif(not _have_podman_image(), reason=f"needs podman and {HOST_IMAGE} (make images)")
 def test_site_in_check_mode_for_kubernetes_on_the_demo_fleet_shows_what_it_would_apply(
     tmp_path: Path,
@@ -627,9 +626,9 @@ def test_site_in_check_mode_for_kubernetes_on_the_demo_fleet_shows_what_it_would
     mirror_dir = tmp_path / "mirror"
     mirror_dir.mkdir()
     try:
-        os.link(CACHE / "models" / "gemma-3-270m-Q4_K_M.gguf", mirror_dir / "gemma-3-270m-Q4_K_M.gguf")
+        os.link(DEMO_MODEL, mirror_dir / DEMO_MODEL.name)
     except OSError:
-        shutil.copy(CACHE / "models" / "gemma-3-270m-Q4_K_M.gguf", mirror_dir)
+        shutil.copy(DEMO_MODEL, mirror_dir)
     podman("network", "create", "--subnet", net["subnet"], "--gateway", net["gateway"], net["name"])
     try:
         for name, hw in names.items():

@@ -133,3 +133,21 @@ def test_problems_name_what_the_pods_would_lack() -> None:
 def test_a_given_model_url_and_claim_size_win() -> None:
     facts = k.k8s_facts(plan(), FACTS, RELEASES, "b1", model_url="http://other/m.gguf", pvc_size="50Gi")
     assert facts["model"]["url"] == "http://other/m.gguf" and facts["pvc_size"] == "50Gi"
+
+
+def test_a_plan_without_workers_lists_llama_server_alone_with_static_discovery() -> None:
+    """The head alone holds the model: nothing for workers, and no Role to list pods with."""
+    alone = plan(workers=[], hosts=[host("head", "head", 100.4)], fallbacks=[])
+    facts = k.k8s_facts(alone, FACTS, RELEASES, "b1")
+    assert facts["problems"] == []
+    assert facts["archs"] == {} and set(facts["llama_cpp"]) == {"amd64"}
+    assert facts["workerless"] is True and facts["discovery"] == "static"
+    kinds = [m["kind"] for m in facts["manifests"]]
+    assert kinds == [
+        "Namespace", "Secret", "ConfigMap", "ServiceAccount", "PersistentVolumeClaim", "Deployment", "Service",
+    ]  # fmt: skip
+    with_workers = k.k8s_facts(plan(), FACTS, RELEASES, "b1")
+    assert with_workers["workerless"] is False and with_workers["discovery"] == "kubernetes"
+    assert {"Role", "RoleBinding", "NetworkPolicy", "DaemonSet"} <= {
+        m["kind"] for m in with_workers["manifests"]
+    }
