@@ -22,6 +22,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import hmac
 import os
 import select
@@ -314,7 +315,5 @@ def _not_measured(name, address, port, why, elapsed):
 
 def quit_server(address, port, token, timeout=2.0):
     """Ask a probe server to exit before its deadline (best effort)."""
-    try:
+    with contextlib.suppress(OSError, ProbeError):
         _request(address, port, token, "quit", 0, timeout).close()
-    except (OSError, ProbeError):
-        pass

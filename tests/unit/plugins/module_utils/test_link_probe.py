@@ -63,7 +63,7 @@ def test_a_host_that_never_answers_is_named_within_a_bounded_time() -> None:
     finally:
         silent.close()
     assert result["measured"] is False
-    assert result["reason"].startswith("not measured: nas (127.0.0.1:%d)" % port)
+    assert result["reason"].startswith(f"not measured: nas (127.0.0.1:{port})")
     assert "no answer within 0.5 s" in result["reason"]
     assert elapsed < 2.0
 
@@ -75,7 +75,7 @@ def test_a_refused_port_is_named() -> None:
     sock.close()
     result = link_probe.measure("wifi", "127.0.0.1", port, TOKEN, timeout=0.5)
     assert result["measured"] is False
-    assert result["reason"].startswith("not measured: wifi (127.0.0.1:%d): " % port)
+    assert result["reason"].startswith(f"not measured: wifi (127.0.0.1:{port}): ")
 
 
 def test_a_wrong_token_is_refused_by_the_server() -> None:
