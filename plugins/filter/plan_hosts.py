@@ -14,6 +14,9 @@ description:
     C(llmfleet_rpc_address) (default the probe's C(default_ipv4)), C(llmfleet_rpc_port)
     (default O(port)), C(llmfleet_reserve_mib) and C(llmfleet_speed) from O(hostvars) and returns
     the host dicts the M(llmfleet.cluster.gguf_layout) / P(llmfleet.cluster.plan_placement#filter) pair expects.
+  - With O(speeds), a host named there carries that dict as C(speed) (C(ms_per_layer), C(rtt_ms),
+    C(mbit_s), the C(speed) of P(llmfleet.cluster.profile_speed#filter)) in place of the
+    C(llmfleet_speed) number.
 options:
   _input:
     description: Inventory host names.
@@ -28,6 +31,10 @@ options:
     description: RPC port of hosts that set no C(llmfleet_rpc_port).
     type: int
     default: 50052
+  speeds:
+    description: Host name -> measured speed figures (the C(speed) of P(llmfleet.cluster.profile_speed#filter)).
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -38,7 +45,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: Dicts with C(name), C(usable_mib), C(cpus), C(address), C(port) and, when set, C(reserve_mib), C(speed).
+  description: Dicts with C(name), C(usable_mib), C(cpus), C(address), C(port) and, when set, C(reserve_mib), C(speed) (a number from C(llmfleet_speed), or the dict of O(speeds)).
   type: list
   elements: dict
 """
@@ -55,7 +62,7 @@ def _get(hv, key):
     return value
 
 
-def plan_hosts(names, hostvars, port=50052):
+def plan_hosts(names, hostvars, port=50052, speeds=None):
     out = []
     for name in names or []:
         try:
@@ -75,6 +82,8 @@ def plan_hosts(names, hostvars, port=50052):
             )
         except (TypeError, ValueError) as err:
             raise AnsibleFilterError("plan_hosts: %s" % err) from err
+        if speeds and isinstance(speeds.get(name), dict):
+            out[-1]["speed"] = dict(speeds[name])
     return out
 
 
