@@ -48,7 +48,9 @@ options:
     type: float
     default: 120
   targets:
-    description: The workers to measure (O(mode=measure)), each C(name), C(address), C(port).
+    description:
+      - The workers to measure (O(mode=measure)), each C(name), C(address), C(port).
+      - A target without C(port) (its server did not start) is reported not measured by name.
     type: list
     elements: dict
     default: []
@@ -150,6 +152,14 @@ def main():
         name = str(target.get("name") or target.get("address"))
         if module.check_mode:
             links[name] = {"host": name, "measured": False, "reason": "not measured: %s: check mode" % name}
+            continue
+        if not target.get("port"):
+            links[name] = {
+                "host": name,
+                "measured": False,
+                "reason": "not measured: %s: no probe server on it (unreachable, or its serve task failed)"
+                % name,
+            }
             continue
         links[name] = measure(
             name,
