@@ -61,7 +61,7 @@ print("chat_path", scheme, any_vars.get("chat_ui_port", 8088), prefix.rstrip("/"
 print("chat_user", any_vars.get("chat_ui_username", "llmfleet"))
 for name in heads + workers:
     pod = hv[name].get("demo_podman") or {}
-    print("host", name, pod.get("memory", "512m"), pod.get("cpus", 1))
+    print("host", name, pod.get("memory", "512m"), pod.get("cpus", 1), pod.get("rate") or "-")
 EOF
 )
 get() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' <<<"$spec"; }
@@ -92,15 +92,26 @@ fi
 start=$(date +%s)
 trap stop_mirror EXIT
 
+# demo_podman.rate (e.g. 20mbit): a tbf qdisc on the host's eth0 (its end of the veth pair; the
+# container has NET_ADMIN) limits what it sends: a slow link to the head. "-": none. tbf, not
+# netem: this kernel has no netem (../shared/facts/test-hosts.md, "Network shaping").
+shape_link() {
+  local name=$1 rate=$2
+  [[ -n $rate && $rate != - ]] || return 0
+  podman exec "$name" tc qdisc replace dev eth0 root tbf rate "$rate" burst 32kbit latency 400ms
+  echo "demo: $name sends at most $rate (tbf on eth0)"
+}
+
 # 1. The network and one systemd container per host, with its memory and CPU limits.
 if ! podman network exists "$net_name"; then
   podman network create --subnet "$net_subnet" --gateway "$net_gateway" "$net_name" >/dev/null
   echo "demo: created network $net_name ($net_subnet)"
 fi
 for line in "${host_lines[@]}"; do
-  read -r name memory cpus <<<"$line"
+  read -r name memory cpus rate <<<"$line"
   if podman container exists "$name"; then
     podman start "$name" >/dev/null
+    shape_link "$name" "$rate"
     continue
   fi
   # NET_ADMIN: the role manages an nftables table inside the host (its firewall).
@@ -108,6 +119,7 @@ for line in "${host_lines[@]}"; do
     --memory "$memory" --memory-swap "$memory" --cpus "$cpus" --cap-add NET_ADMIN \
     "$image" /sbin/init >/dev/null
   echo "demo: started host $name (memory $memory, cpus $cpus)"
+  shape_link "$name" "$rate"
 done
 for line in "${host_lines[@]}"; do
   read -r name _ <<<"$line"

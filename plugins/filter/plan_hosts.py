@@ -16,6 +16,9 @@ description:
     the host dicts the M(llmfleet.cluster.gguf_layout) / P(llmfleet.cluster.plan_placement#filter) pair expects.
   - A port outside 1-65535 (C(llmfleet_rpc_port) or O(port), 0 included) is refused naming the host,
     never replaced by the default.
+  - With O(speeds), a host named there carries that dict as C(speed) (C(ms_per_layer), C(rtt_ms),
+    C(mbit_s), the C(speed) of P(llmfleet.cluster.profile_speed#filter)) in place of the
+    C(llmfleet_speed) number.
 options:
   _input:
     description: Inventory host names.
@@ -30,6 +33,10 @@ options:
     description: RPC port of hosts that set no C(llmfleet_rpc_port).
     type: int
     default: 50052
+  speeds:
+    description: Host name -> measured speed figures (the C(speed) of P(llmfleet.cluster.profile_speed#filter)).
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -40,7 +47,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: Dicts with C(name), C(usable_mib), C(cpus), C(address), C(port) and, when set, C(reserve_mib), C(speed).
+  description: Dicts with C(name), C(usable_mib), C(cpus), C(address), C(port) and, when set, C(reserve_mib), C(speed) (a number from C(llmfleet_speed), or the dict of O(speeds)).
   type: list
   elements: dict
 """
@@ -59,7 +66,7 @@ def _get(hv, key):
     return value
 
 
-def plan_hosts(names, hostvars, port=50052):
+def plan_hosts(names, hostvars, port=50052, speeds=None):
     out = []
     for name in names or []:
         try:
@@ -82,6 +89,8 @@ def plan_hosts(names, hostvars, port=50052):
             )
         except (PlanInputError, TypeError, ValueError) as err:
             raise AnsibleFilterError("plan_hosts: %s" % err) from err
+        if speeds and isinstance(speeds.get(name), dict):
+            out[-1]["speed"] = dict(speeds[name])
     return out
 
 

@@ -1,0 +1,363 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet's speed profile (<llmfleet_output_dir>/profile.json, docs/profile.schema.json).
+
+Controller only. Three steps:
+
+- :func:`compute_figures`: a host's decode cost in ms per layer per token, from one real request
+  (the verify role's CPU samples of each llama.cpp unit before and after it, the head's
+  ``timings`` and the plan that served it).
+- :func:`build_profile`: the figures plus the link probe's, with the fingerprints they belong to
+  (each host's hardware, the llama.cpp build, the model's sha256) and when they were measured.
+- :func:`speeds`: the per-host ``speed`` dicts the planner reads (``ms_per_layer``, and for a
+  worker ``rtt_ms`` and ``mbit_s`` of its link to the head), from the profile or, for a what-if
+  host, from its inventory's ``llmfleet_profile``. A figure that is stale (the host, the build or
+  the model changed), zero, negative, not finite, or a 0 Mbit link is never used: the host is
+  listed in ``remeasure`` with the reason (or, for inventory figures, refused with an error).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+PROFILE_VERSION = 1
+REMEASURE_HINT = "re-measure with playbooks/profile.yml"
+# Sane upper bounds: above these a figure is a unit mistake, not a slow machine.
+LIMITS = {"ms_per_layer": 60000.0, "rtt_ms": 60000.0, "mbit_s": 1000000.0}
+# What identifies a host's hardware: when any of these changes, its figures are stale.
+FINGERPRINT_KEYS = (
+    "arch",
+    "cpu_model",
+    "cpus",
+    "cpus_online",
+    "cpu_quota",
+    "isa",
+    "total_mib",
+    "cgroup_limit_mib",
+)
+MIN_TOKENS = 4
+MIN_CPU_SECONDS = 0.01
+
+
+class ProfileError(Exception):
+    """A profile or a figure that cannot be used (the message names the host and the value)."""
+
+
+def fingerprint(fact: Mapping[str, Any]) -> Dict[str, Any]:
+    """What identifies a host (from its ``llmfleet_host`` fact): CPUs, their model, memory."""
+    memory = fact.get("memory") or {}
+    isa = fact.get("isa")
+    return {
+        "arch": fact.get("arch"),
+        "cpu_model": fact.get("cpu_model"),
+        "cpus": fact.get("cpus"),
+        "cpus_online": fact.get("cpus_online"),
+        "cpu_quota": fact.get("cpu_quota"),
+        "isa": sorted(isa) if isinstance(isa, list) else None,
+        "total_mib": memory.get("total_mib") if isinstance(memory, dict) else None,
+        "cgroup_limit_mib": memory.get("cgroup_limit_mib") if isinstance(memory, dict) else None,
+    }
+
+
+def fingerprint_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> List[str]:
+    """The fingerprint fields that differ, as "field old -> new"."""
+    return [
+        "%s %s -> %s" % (key, _show(old.get(key)), _show(new.get(key)))
+        for key in FINGERPRINT_KEYS
+        if old.get(key) != new.get(key)
+    ]
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "[]"
+    return str(value)
+
+
+def check_figure(host: str, key: str, value: Any, where: str) -> float:
+    """``value`` as a float, or :class:`ProfileError` naming the host, the field and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProfileError("%s: %s %r in %s is not a number" % (host, key, value, where))
+    number = float(value)
+    if math.isnan(number) or math.isinf(number):
+        raise ProfileError("%s: %s is %s in %s (not a finite number)" % (host, key, number, where))
+    if number <= 0:
+        what = "a 0 Mbit link" if key == "mbit_s" else "not positive"
+        raise ProfileError("%s: %s is %s in %s (%s)" % (host, key, value, where, what))
+    limit = LIMITS.get(key)
+    if limit is not None and number > limit:
+        raise ProfileError("%s: %s is %s in %s (above the sane bound %s)" % (host, key, value, where, limit))
+    return number
+
+
+# --------------------------------------------------------------------------- compute cost
+
+
+def _layer_equivalents(plan_hosts: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
+    """Per host: its repeating layers, plus the output layer counted by its weight in layers.
+
+    Decode reads every weight once per token, so a host's work follows its weight bytes; the
+    output layer (vocab x n_embd) weighs many layers on a small model. The average repeating
+    layer is read off the hosts without the output layer; the head's own weights (which hold the
+    token embedding, a lookup and no work) are left out."""
+    per_layer = []
+    for h in plan_hosts:
+        first, last = (h.get("layers") or [0, 0])[:2]
+        weights = (h.get("predicted_mib") or {}).get("weights")
+        if h.get("role") == "worker" and not h.get("output_layer") and last > first and weights:
+            per_layer.append(float(weights) / (last - first))
+    avg = sum(per_layer) / len(per_layer) if per_layer else None
+    out = {}
+    for h in plan_hosts:
+        first, last = (h.get("layers") or [0, 0])[:2]
+        count = float(max(0, last - first))
+        if h.get("output_layer"):
+            weights = (h.get("predicted_mib") or {}).get("weights")
+            extra = 1.0
+            if avg and weights and h.get("role") == "worker":
+                extra = max(1.0, (float(weights) - count * avg) / avg)
+            count += extra
+        out[str(h.get("name"))] = count
+    return out
+
+
+def compute_figures(
+    plan: Mapping[str, Any],
+    samples: Mapping[str, Sequence[Mapping[str, Any]]],
+    timings: Mapping[str, Any],
+    facts: Mapping[str, Mapping[str, Any]],
+    units: Mapping[str, str],
+) -> Dict[str, Dict[str, Any]]:
+    """Each planned host's ms per layer per token from one measured request.
+
+    ``samples``: host -> the verify role's three ``host_usage`` samples (before and after the
+    idle window, after the request). ``timings``: llama-server's ``timings`` of that request
+    (``prompt_ms``, ``predicted_ms``, ``predicted_n``). ``facts``: host -> ``llmfleet_host``.
+
+    The unit's CPU seconds during the request, times the decode share of the request's time
+    (predicted_ms over prompt_ms + predicted_ms), over the CPUs it could run on at once
+    (min(threads, the cgroup CPU quota or the CPU count)), is the host's busy time decoding;
+    over the tokens and the host's layer equivalents it is ms per layer per token. A host whose
+    figure cannot be made gets ``reason`` ("not measured: <host>: <why>") instead.
+    """
+    tokens = timings.get("predicted_n")
+    predicted_ms = timings.get("predicted_ms")
+    prompt_ms = timings.get("prompt_ms") or 0.0
+    plan_hosts = [h for h in plan.get("hosts") or [] if isinstance(h, dict)]
+    equivalents = _layer_equivalents(plan_hosts)
+    out: Dict[str, Dict[str, Any]] = {}
+    for h in plan_hosts:
+        name = str(h.get("name"))
+        role = str(h.get("role"))
+        unit = units.get(role, "")
+
+        def fail(why: str, name: str = name) -> None:
+            out[name] = {"reason": "not measured: %s: %s" % (name, why)}
+
+        layers = equivalents.get(name, 0.0)
+        if layers <= 0:
+            fail("holds no layers in the plan")
+            continue
+        if not isinstance(tokens, (int, float)) or tokens < MIN_TOKENS:
+            fail("the request generated %r tokens (at least %d needed)" % (tokens, MIN_TOKENS))
+            continue
+        if not isinstance(predicted_ms, (int, float)) or predicted_ms <= 0:
+            fail("the request has no timings.predicted_ms (%r)" % (predicted_ms,))
+            continue
+        host_samples = samples.get(name) or []
+        if len(host_samples) != 3:
+            fail("no usage samples around the request")
+            continue
+        before = (host_samples[1].get("units") or {}).get(unit) or {}
+        after = (host_samples[2].get("units") or {}).get(unit) or {}
+        if "cpu_seconds" not in before or "cpu_seconds" not in after:
+            fail("unit %s was not sampled" % unit)
+            continue
+        cpu = float(after["cpu_seconds"]) - float(before["cpu_seconds"])
+        if cpu < MIN_CPU_SECONDS:
+            fail("unit %s used %.4f CPU seconds during the request" % (unit, cpu))
+            continue
+        fact = facts.get(name) or {}
+        quota = fact.get("cpu_quota")
+        cpus = float(quota) if isinstance(quota, (int, float)) and quota > 0 else float(fact.get("cpus") or 1)
+        threads = h.get("threads")
+        parallel = min(float(threads), cpus) if isinstance(threads, (int, float)) and threads > 0 else cpus
+        decode_share = float(predicted_ms) / (float(predicted_ms) + float(prompt_ms))
+        busy_ms = cpu * decode_share / parallel * 1000.0
+        out[name] = {
+            "ms_per_layer": round(busy_ms / float(tokens) / layers, 4),
+            "cpu_seconds": round(cpu, 4),
+            "tokens": int(tokens),
+            "layer_equivalents": round(layers, 3),
+            "parallel_cpus": round(parallel, 3),
+            "decode_share": round(decode_share, 4),
+        }
+    return out
+
+
+# --------------------------------------------------------------------------- the profile
+
+
+def build_profile(
+    previous: Optional[Mapping[str, Any]],
+    build: str,
+    model: Mapping[str, Any],
+    facts: Mapping[str, Mapping[str, Any]],
+    compute: Mapping[str, Mapping[str, Any]],
+    links: Mapping[str, Mapping[str, Any]],
+    now: str,
+) -> Dict[str, Any]:
+    """profile.json after one measuring run.
+
+    Hosts measured now get their fingerprint, the figures that were made and ``measured_at``;
+    what could not be measured is kept in ``not_measured`` (each reason names the host). The
+    previous profile's hosts are kept when they were not measured now and their build and model
+    are the same (a stale entry is caught by :func:`speeds` when it is read). Every figure written
+    is checked (:func:`check_figure`): a bad one raises :class:`ProfileError`.
+    """
+    sha = model.get("sha256")
+    hosts: Dict[str, Any] = {}
+    if previous and previous.get("build") == build and (previous.get("model") or {}).get("sha256") == sha:
+        hosts.update({k: dict(v) for k, v in (previous.get("hosts") or {}).items() if isinstance(v, dict)})
+    for name in sorted(set(compute) | set(links)):
+        fact = facts.get(name)
+        if not isinstance(fact, dict):
+            continue
+        entry: Dict[str, Any] = {"fingerprint": fingerprint(fact), "measured_at": now, "not_measured": []}
+        old = hosts.get(name) or {}
+        if old.get("fingerprint") == entry["fingerprint"]:
+            # same hardware: keep a figure this run could not make
+            for key in ("compute", "link"):
+                if key in old:
+                    entry[key] = old[key]
+        figures = compute.get(name) or {}
+        if "ms_per_layer" in figures:
+            check_figure(name, "ms_per_layer", figures["ms_per_layer"], "the measured request")
+            entry["compute"] = dict(figures, measured_at=now)
+        elif figures.get("reason"):
+            entry["not_measured"].append(figures["reason"])
+        link = links.get(name) or {}
+        if link.get("measured"):
+            for key in ("rtt_ms", "mbit_s"):
+                check_figure(name, key, link.get(key), "the link probe")
+            entry["link"] = {
+                k: link[k]
+                for k in ("rtt_ms", "rtt_ms_min", "mbit_s", "mbit_s_to_host", "mbit_s_from_host")
+                if k in link
+            }
+            entry["link"]["measured_at"] = now
+        elif link.get("reason"):
+            entry["not_measured"].append(link["reason"])
+        hosts[name] = entry
+    return {
+        "version": PROFILE_VERSION,
+        "measured_at": now,
+        "build": build,
+        "model": {"name": model.get("name"), "sha256": sha},
+        "hosts": hosts,
+    }
+
+
+def _profile_staleness(profile: Mapping[str, Any], build: str, model_sha256: Optional[str]) -> Optional[str]:
+    if profile.get("version") != PROFILE_VERSION:
+        return "profile.json version %r (this collection reads %d)" % (
+            profile.get("version"),
+            PROFILE_VERSION,
+        )
+    if build and profile.get("build") != build:
+        return "the llama.cpp build changed (%s -> %s)" % (profile.get("build"), build)
+    sha = (profile.get("model") or {}).get("sha256")
+    if model_sha256 and sha != model_sha256:
+        return "the model changed (sha256 %s -> %s)" % (str(sha)[:12], str(model_sha256)[:12])
+    return None
+
+
+def _figures(name: str, entry: Mapping[str, Any], is_head: bool) -> Tuple[Dict[str, float], List[str]]:
+    """The speed dict of one profile entry, or the reasons it cannot be used."""
+    speed: Dict[str, float] = {}
+    problems: List[str] = []
+    compute = entry.get("compute") or {}
+    link = entry.get("link") or {}
+    try:
+        if "ms_per_layer" not in compute:
+            problems.append("no compute figure")
+        else:
+            speed["ms_per_layer"] = check_figure(
+                name, "ms_per_layer", compute["ms_per_layer"], "profile.json"
+            )
+        if not is_head:
+            if not link:
+                problems.append("no link figures")
+            else:
+                for key in ("rtt_ms", "mbit_s"):
+                    speed[key] = check_figure(name, key, link.get(key), "profile.json")
+    except ProfileError as err:
+        problems.append(str(err).split(": ", 1)[1])
+    return speed, problems
+
+
+def speeds(
+    names: Sequence[str],
+    head: str,
+    profile: Optional[Mapping[str, Any]],
+    facts: Mapping[str, Optional[Mapping[str, Any]]],
+    given: Mapping[str, Optional[Mapping[str, Any]]],
+    build: str,
+    model_sha256: Optional[str],
+) -> Dict[str, Any]:
+    """The ``speed`` dict of each host that has usable figures.
+
+    ``facts``: host -> its ``llmfleet_host`` (measured hosts: the probe's; used for the
+    fingerprint). ``given``: host -> its inventory's ``llmfleet_profile`` (what-if hosts, or a
+    user's own figures): used as they are, after the same checks; a bad one raises
+    :class:`ProfileError` naming the host (the user wrote it). Profile figures that cannot be
+    used leave the host without figures and put it in ``remeasure`` with the reason.
+
+    Returns ``speed`` (host -> dict), ``source`` (host -> profile | inventory) and ``remeasure``.
+    """
+    out: Dict[str, Dict[str, float]] = {}
+    source: Dict[str, str] = {}
+    remeasure: List[str] = []
+    stale = _profile_staleness(profile, build, model_sha256) if profile else None
+    entries = (profile or {}).get("hosts") or {}
+    for name in names:
+        is_head = name == head
+        figures = given.get(name)
+        if figures:
+            if not isinstance(figures, dict):
+                raise ProfileError("%s: llmfleet_profile %r is not a dict" % (name, figures))
+            speed = {
+                "ms_per_layer": check_figure(
+                    name, "ms_per_layer", figures.get("ms_per_layer"), "llmfleet_profile"
+                )
+            }
+            if not is_head:
+                for key in ("rtt_ms", "mbit_s"):
+                    speed[key] = check_figure(name, key, figures.get(key), "llmfleet_profile")
+            out[name], source[name] = speed, "inventory"
+            continue
+        if not profile:
+            continue
+        entry = entries.get(name)
+        if not isinstance(entry, dict):
+            remeasure.append("%s: not in profile.json: %s" % (name, REMEASURE_HINT))
+            continue
+        if stale:
+            remeasure.append("%s: profile.json is stale (%s): %s" % (name, stale, REMEASURE_HINT))
+            continue
+        fact = facts.get(name)
+        changes = fingerprint_changes(entry.get("fingerprint") or {}, fingerprint(fact)) if fact else []
+        if changes:
+            remeasure.append(
+                "%s: the host changed since it was measured (%s): %s"
+                % (name, "; ".join(changes), REMEASURE_HINT)
+            )
+            continue
+        speed, problems = _figures(name, entry, is_head)
+        if problems:
+            remeasure.append("%s: figures not used (%s): %s" % (name, "; ".join(problems), REMEASURE_HINT))
+            continue
+        out[name], source[name] = speed, "profile"
+    return {"speed": out, "source": source, "remeasure": remeasure}

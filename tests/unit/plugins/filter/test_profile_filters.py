@@ -1,0 +1,124 @@
+"""The profile filters and plan_hosts' speeds (what the plan role passes to the planner)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.llmfleet.cluster.plugins.filter.plan_hosts import plan_hosts
+from ansible_collections.llmfleet.cluster.plugins.filter.profile_build import profile_build
+from ansible_collections.llmfleet.cluster.plugins.filter.profile_speed import profile_speed
+
+SHA = "c" * 64
+
+
+def fact(cpus):
+    return {
+        "arch": "x86_64",
+        "cpu_model": "N100",
+        "cpus": cpus,
+        "memory": {"usable_mib": 300},
+        "default_ipv4": "10.0.0.9",
+    }
+
+
+HOSTVARS = {
+    "head": {"llmfleet_host": fact(2)},
+    "w1": {"llmfleet_host": fact(1)},
+    # a what-if worker with figures in the inventory
+    "future": {
+        "llmfleet_host": fact(8),
+        "llmfleet_profile": {"ms_per_layer": 0.5, "rtt_ms": 2, "mbit_s": 100},
+    },
+}
+
+
+def made_profile():
+    plan = {
+        "hosts": [
+            {"name": "head", "role": "head", "layers": [0, 0], "predicted_mib": {"weights": 100}},
+            {
+                "name": "w1",
+                "role": "worker",
+                "layers": [0, 10],
+                "output_layer": True,
+                "threads": 1,
+                "predicted_mib": {"weights": 30},
+            },
+        ]
+    }
+    samples = {
+        "w1": [{"units": {"rpc": {"cpu_seconds": 0}}}] * 2 + [{"units": {"rpc": {"cpu_seconds": 1.1}}}]
+    }
+    facts = {k: v["llmfleet_host"] for k, v in HOSTVARS.items()}
+    links = {"w1": {"measured": True, "rtt_ms": 1.0, "mbit_s": 50.0}}
+    return profile_build(
+        samples,
+        plan,
+        {"predicted_ms": 1000.0, "prompt_ms": 100.0, "predicted_n": 10},
+        facts,
+        {"head": "srv", "worker": "rpc"},
+        "b1",
+        {"name": "m", "sha256": SHA},
+        "2026-12-01T00:00:00Z",
+        links=links,
+    )
+
+
+def test_profile_to_planner_hosts() -> None:
+    p = made_profile()
+    # 1.1 CPU s * 1000/1100 decode / 1 CPU = 1000 ms / 10 tokens / 11 layers (10 + output as 1)
+    assert p["hosts"]["w1"]["compute"]["ms_per_layer"] == pytest.approx(100 / 11, rel=1e-3)
+    # the head held no layers in that plan: no figure, and the profile says why
+    assert p["hosts"]["head"]["not_measured"] == ["not measured: head: holds no layers in the plan"]
+    result = profile_speed(
+        ["head", "w1", "future"], "head", HOSTVARS, profile=p, build="b1", model_sha256=SHA
+    )
+    assert result["source"] == {"w1": "profile", "future": "inventory"}
+    assert result["remeasure"] == [
+        "head: figures not used (no compute figure): re-measure with playbooks/profile.yml"
+    ]
+    hosts = plan_hosts(["w1", "future"], HOSTVARS, speeds=result["speed"])
+    assert hosts[0]["speed"] == {
+        "ms_per_layer": pytest.approx(9.0909, rel=1e-3),
+        "rtt_ms": 1.0,
+        "mbit_s": 50.0,
+    }
+    assert hosts[1]["speed"] == {"ms_per_layer": 0.5, "rtt_ms": 2.0, "mbit_s": 100.0}
+    # without speeds nothing changes (the planner of today reads a number there)
+    assert "speed" not in plan_hosts(["w1"], HOSTVARS)[0]
+
+
+def test_a_changed_host_is_named_and_gets_no_speed() -> None:
+    hostvars = dict(HOSTVARS, w1={"llmfleet_host": fact(4)})
+    result = profile_speed(
+        ["head", "w1"], "head", hostvars, profile=made_profile(), build="b1", model_sha256=SHA
+    )
+    assert "w1" not in result["speed"]
+    assert result["remeasure"][-1].startswith("w1: the host changed since it was measured (cpus 1 -> 4)")
+
+
+def test_odd_inventory_figures_fail_naming_the_host() -> None:
+    hostvars = dict(
+        HOSTVARS, future={"llmfleet_host": fact(8), "llmfleet_profile": {"ms_per_layer": math.nan}}
+    )
+    with pytest.raises(AnsibleFilterError, match=r"profile_speed: future: ms_per_layer is nan"):
+        profile_speed(["future"], "head", hostvars)
+
+
+def test_profile_build_refuses_a_zero_mbit_link() -> None:
+    with pytest.raises(
+        AnsibleFilterError, match=r"profile_build: w1: mbit_s is 0.0 in the link probe \(a 0 Mbit link\)"
+    ):
+        profile_build(
+            {},
+            {"hosts": []},
+            {},
+            {"w1": fact(1)},
+            {},
+            "b1",
+            {"sha256": SHA},
+            "now",
+            links={"w1": {"measured": True, "rtt_ms": 1.0, "mbit_s": 0.0}},
+        )

@@ -1,0 +1,235 @@
+"""The speed profile (plugins/plugin_utils/profile.py): figures, fingerprints, refusals."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import jsonschema
+import pytest
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile as prof
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[4] / "docs" / "profile.schema.json").read_text())
+SHA = "a" * 64
+NOW = "2026-12-01T18:00:00Z"
+UNITS = {"head": "llama-server", "worker": "rpc-server"}
+
+
+def fact(cpus=2, quota=None, model="Xeon", limit=512):
+    return {
+        "arch": "x86_64",
+        "cpu_model": model,
+        "cpus": cpus,
+        "cpus_online": 2,
+        "cpu_quota": quota,
+        "isa": ["avx2", "avx"],
+        "memory": {"total_mib": 15000, "cgroup_limit_mib": limit, "usable_mib": 400},
+    }
+
+
+FACTS = {"head": fact(), "w1": fact(), "w2": fact(cpus=1, quota=0.25)}
+
+PLAN = {
+    "hosts": [
+        {
+            "name": "head",
+            "role": "head",
+            "layers": [0, 2],
+            "output_layer": False,
+            "threads": 2,
+            "predicted_mib": {"weights": 180.0},
+        },
+        {
+            "name": "w1",
+            "role": "worker",
+            "layers": [2, 10],
+            "output_layer": False,
+            "threads": 2,
+            "predicted_mib": {"weights": 16.0},
+        },
+        # 6 layers of 2 MiB + a 20 MiB output layer: 6 + 10 layer equivalents
+        {
+            "name": "w2",
+            "role": "worker",
+            "layers": [10, 16],
+            "output_layer": True,
+            "threads": 1,
+            "predicted_mib": {"weights": 32.0},
+        },
+    ]
+}
+
+
+def window(unit, before, after):
+    return [
+        {"units": {unit: {"cpu_seconds": 0.0}}},
+        {"units": {unit: {"cpu_seconds": before}}},
+        {"units": {unit: {"cpu_seconds": after}}},
+    ]
+
+
+SAMPLES = {
+    "head": window("llama-server", 1.0, 1.5),
+    "w1": window("rpc-server", 2.0, 3.6),
+    "w2": window("rpc-server", 0.0, 0.8),
+}
+# 40 tokens; 900 of the 1000 ms decoding
+TIMINGS = {"prompt_ms": 100.0, "predicted_ms": 900.0, "predicted_n": 40}
+
+
+def test_ms_per_layer_from_the_cpu_seconds_of_a_request() -> None:
+    figures = prof.compute_figures(PLAN, SAMPLES, TIMINGS, FACTS, UNITS)
+    # w1: 1.6 CPU s * 0.9 decode / 2 CPUs = 0.72 s busy = 720 ms / 40 tokens / 8 layers = 2.25
+    assert figures["w1"]["ms_per_layer"] == pytest.approx(2.25)
+    # w2: 0.8 * 0.9 / 0.25 (quota) = 2.88 s = 2880 ms / 40 / (6 + 10 output equivalents) = 4.5
+    assert figures["w2"]["layer_equivalents"] == pytest.approx(16.0)
+    assert figures["w2"]["ms_per_layer"] == pytest.approx(4.5)
+    # head: 0.5 * 0.9 / 2 = 225 ms / 40 / 2 layers = 2.8125
+    assert figures["head"]["ms_per_layer"] == pytest.approx(2.8125)
+
+
+def test_a_host_without_work_is_named_not_measured() -> None:
+    samples = dict(SAMPLES, w1=window("rpc-server", 2.0, 2.0))
+    figures = prof.compute_figures(PLAN, samples, TIMINGS, FACTS, UNITS)
+    assert "ms_per_layer" not in figures["w1"]
+    assert figures["w1"]["reason"].startswith("not measured: w1: unit rpc-server used 0.0000 CPU seconds")
+    short = prof.compute_figures(PLAN, SAMPLES, dict(TIMINGS, predicted_n=1), FACTS, UNITS)
+    assert all("tokens" in v["reason"] for v in short.values())
+
+
+def profile():
+    figures = prof.compute_figures(PLAN, SAMPLES, TIMINGS, FACTS, UNITS)
+    links = {
+        "w1": {
+            "measured": True,
+            "rtt_ms": 0.4,
+            "mbit_s": 900.0,
+            "mbit_s_to_host": 950.0,
+            "mbit_s_from_host": 900.0,
+        },
+        "w2": {"measured": True, "rtt_ms": 0.5, "mbit_s": 20.0},
+    }
+    return prof.build_profile(None, "b0c1e570", {"name": "m", "sha256": SHA}, FACTS, figures, links, NOW)
+
+
+def use(p, facts=FACTS, given=None, build="b0c1e570", sha=SHA):
+    return prof.speeds(["head", "w1", "w2"], "head", p, facts, given or {}, build, sha)
+
+
+def test_the_profile_matches_its_schema_and_gives_the_speed_dicts() -> None:
+    p = profile()
+    jsonschema.validate(p, SCHEMA)
+    result = use(p)
+    assert result["remeasure"] == []
+    assert result["speed"]["head"] == {"ms_per_layer": pytest.approx(2.8125)}
+    assert result["speed"]["w1"] == {"ms_per_layer": pytest.approx(2.25), "rtt_ms": 0.4, "mbit_s": 900.0}
+    assert result["speed"]["w2"]["mbit_s"] == 20.0
+    assert result["source"] == {"head": "profile", "w1": "profile", "w2": "profile"}
+
+
+def test_a_changed_host_is_marked_for_re_measuring_by_name() -> None:
+    facts = dict(FACTS, w2=fact(cpus=1, quota=0.5))
+    result = use(profile(), facts=facts)
+    assert "w2" not in result["speed"] and "w1" in result["speed"]
+    assert result["remeasure"] == [
+        "w2: the host changed since it was measured (cpu_quota 0.25 -> 0.5): re-measure with playbooks/profile.yml"
+    ]
+
+
+@pytest.mark.parametrize(
+    "build, sha, why",
+    [
+        ("b9999999", SHA, "the llama.cpp build changed (b0c1e570 -> b9999999)"),
+        ("b0c1e570", "b" * 64, "the model changed"),
+    ],
+)
+def test_a_changed_build_or_model_makes_every_host_stale(build, sha, why) -> None:
+    result = use(profile(), build=build, sha=sha)
+    assert result["speed"] == {}
+    assert len(result["remeasure"]) == 3
+    assert all(why in line for line in result["remeasure"])
+    assert [line.split(":")[0] for line in result["remeasure"]] == ["head", "w1", "w2"]
+
+
+@pytest.mark.parametrize(
+    "where, key, value",
+    [
+        ("compute", "ms_per_layer", 0.0),
+        ("compute", "ms_per_layer", -1.5),
+        ("compute", "ms_per_layer", math.nan),
+        ("compute", "ms_per_layer", math.inf),
+        ("compute", "ms_per_layer", "fast"),
+        ("link", "mbit_s", 0.0),
+        ("link", "rtt_ms", -0.1),
+        ("link", "rtt_ms", math.nan),
+    ],
+)
+def test_odd_figures_in_the_profile_are_not_used_and_the_host_is_named(where, key, value) -> None:
+    p = copy.deepcopy(profile())
+    p["hosts"]["w1"][where][key] = value
+    result = use(p)
+    assert "w1" not in result["speed"]
+    assert "w2" in result["speed"]
+    assert len(result["remeasure"]) == 1
+    line = result["remeasure"][0]
+    assert line.startswith(f"w1: figures not used ({key} is ") or line.startswith(
+        f"w1: figures not used ({key} {value!r}"
+    )
+    assert "re-measure" in line
+
+
+def test_a_zero_mbit_link_says_so() -> None:
+    p = copy.deepcopy(profile())
+    p["hosts"]["w2"]["link"]["mbit_s"] = 0
+    assert "a 0 Mbit link" in use(p)["remeasure"][0]
+
+
+def test_a_worker_without_link_figures_gets_none() -> None:
+    p = copy.deepcopy(profile())
+    del p["hosts"]["w2"]["link"]
+    result = use(p)
+    assert "w2" not in result["speed"]
+    assert result["remeasure"] == [
+        "w2: figures not used (no link figures): re-measure with playbooks/profile.yml"
+    ]
+
+
+@pytest.mark.parametrize("value", [0, -3, math.nan, 1e9])
+def test_odd_figures_are_refused_when_the_profile_is_written(value) -> None:
+    figures = prof.compute_figures(PLAN, SAMPLES, TIMINGS, FACTS, UNITS)
+    links = {"w1": {"measured": True, "rtt_ms": 0.4, "mbit_s": value}}
+    with pytest.raises(prof.ProfileError, match=r"^w1: mbit_s is "):
+        prof.build_profile(None, "b0c1e570", {"sha256": SHA}, FACTS, figures, links, NOW)
+
+
+def test_what_if_hosts_carry_their_figures_in_the_inventory() -> None:
+    given = {"w2": {"ms_per_layer": 9.0, "rtt_ms": 3.0, "mbit_s": 40}}
+    result = prof.speeds(["head", "w1", "w2"], "head", None, FACTS, given, "b0c1e570", SHA)
+    assert result["speed"] == {"w2": {"ms_per_layer": 9.0, "rtt_ms": 3.0, "mbit_s": 40.0}}
+    assert result["source"] == {"w2": "inventory"}
+    with pytest.raises(prof.ProfileError, match=r"^w2: mbit_s is 0 in llmfleet_profile \(a 0 Mbit link\)"):
+        prof.speeds(
+            ["w2"], "head", None, FACTS, {"w2": {"ms_per_layer": 9.0, "rtt_ms": 3.0, "mbit_s": 0}}, "", None
+        )
+    with pytest.raises(prof.ProfileError, match=r"^w2: ms_per_layer is nan"):
+        prof.speeds(["w2"], "head", None, FACTS, {"w2": {"ms_per_layer": math.nan}}, "", None)
+
+
+def test_a_later_run_keeps_figures_it_could_not_make_for_the_same_hardware() -> None:
+    first = profile()
+    later = prof.build_profile(
+        first,
+        "b0c1e570",
+        {"sha256": SHA},
+        FACTS,
+        {"w1": {"reason": "not measured: w1: no usage samples around the request"}},
+        {"w1": {"measured": False, "reason": "not measured: w1 (10.0.0.2:4000): no answer within 3.0 s"}},
+        "2026-12-02T00:00:00Z",
+    )
+    assert later["hosts"]["w1"]["compute"] == first["hosts"]["w1"]["compute"]
+    assert later["hosts"]["w1"]["not_measured"][1].startswith("not measured: w1 (10.0.0.2:4000)")
+    # a new build drops the old figures
+    rebuilt = prof.build_profile(first, "b1111111", {"sha256": SHA}, FACTS, {}, {}, NOW)
+    assert rebuilt["hosts"] == {}
