@@ -61,8 +61,8 @@ class Fake:
     hf_files: dict[tuple[str, str, str], HfFile] = field(default_factory=dict)
     # Names of release assets served with other bytes than the ones GitHub's digest was made of.
     tampered: set = field(default_factory=set)
-    # Extra bytes of release notes in the API's answers (an oversized answer).
-    padding: int = 0
+    # Release tag -> extra bytes of release notes in the API's answer (an oversized answer).
+    padding: dict[str, int] = field(default_factory=dict)
     rate_limited: bool = False
     requests: list[str] = field(default_factory=list)
     base: str = ""
@@ -109,7 +109,7 @@ class Fake:
             "assets": assets,
             "tarball_url": f"{self.github_api}/repos/{repo}/tarball/{quote(tag, safe='')}",
             "zipball_url": f"{self.github_api}/repos/{repo}/zipball/{quote(tag, safe='')}",
-            "body": "x" * self.padding,
+            "body": "x" * self.padding.get(tag, 0),
         }
 
     def asset_bytes(self, repo: str, tag: str, name: str) -> Optional[bytes]:
@@ -153,7 +153,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, head: bool) -> None:
         fake = self.fake
         path = urlsplit(self.path).path
-        fake.requests.append(("HEAD " if head else "GET ") + path)
+        rng = self.headers.get("Range")
+        fake.requests.append(("HEAD " if head else "GET ") + path + (f" Range: {rng}" if rng else ""))
         m = re.match(r"^/api/repos/([^/]+/[^/]+)/releases/tags/([^/]+)$", path)
         if m:
             repo, tag = m.group(1), unquote(m.group(2))

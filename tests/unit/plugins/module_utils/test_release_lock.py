@@ -103,10 +103,10 @@ def test_missing_tag_rate_limit_and_oversized_answers_are_refused(fake):
         rl.LockError, match=r"release b1 of ggml-org/llama.cpp \(http.*\): not found: Not Found"
     ):
         rl.lock_llama_cpp(rl.Http(), fake.github_api, LLAMA, "b1", {"head": "ubuntu-x64"})
-    fake.padding = 20000
+    fake.padding["b9999"] = 20000
     with pytest.raises(rl.LockError, match=r"bytes \(Content-Length\), more than the 10000 allowed"):
         rl.lock_llama_cpp(rl.Http(), fake.github_api, LLAMA, "b9999", {"head": "ubuntu-x64"}, max_json=10000)
-    fake.padding = 0
+    fake.padding.clear()
     fake.rate_limited = True
     with pytest.raises(rl.LockError, match=r"rate limited \(HTTP 403, X-RateLimit-Reset 1764612000\)"):
         rl.lock_llama_cpp(rl.Http(), fake.github_api, LLAMA, "b9999", {"head": "ubuntu-x64"})
