@@ -27,16 +27,17 @@ export NO_COLOR := 1
 
 .PHONY: help venv link host-setup images test-artifacts lint unit docs-check manifests \
         build-check browser molecule demo-check test demo demo-down requirements clean \
-        sanity docs docs-lint galaxy-check
+        sanity docs docs-lint galaxy-check gates
 
 help:
 	@echo "make demo       bring up the demo fleet and serve a model split across it"
 	@echo "make demo-down  remove the demo fleet"
-	@echo "make test       every check: lint, unit, docs, manifests, build, molecule"
+	@echo "make test       every check: lint, unit, docs, the ecosystem's gates, manifests, build, molecule"
 	@echo "parts: make lint | unit | docs-check | manifests | build-check | browser | molecule [SCENARIO=name]"
 	@echo "       make demo-check (the demo end to end: site.yml, verify, the chat page in a browser)"
 	@echo "       make test-artifacts | images | venv"
 	@echo "the ecosystem's gates: make sanity [SANITY='--test pep8'] | docs | docs-lint | galaxy-check"
+	@echo "       make gates (the three, each skipped while its inputs are unchanged; GATES_FORCE=1)"
 
 $(STAMP): requirements.txt
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -91,7 +92,9 @@ demo-check: venv link host-setup images test-artifacts
 	@bash scripts/demo-check.sh $(DEMO_INVENTORY)
 
 # The ecosystem's gates (docs/development.md): ansible-test sanity, the role READMEs and the docs
-# site, antsibull-docs' lint, galaxy-importer on the built tarball. Not in `make test` yet.
+# site, antsibull-docs' lint, galaxy-importer on the built tarball. `make test` runs them through
+# `make gates`, each skipped while the files it reads are unchanged since it last passed
+# (scripts/gate-cache.sh, stamps in .cache/gates; GATES_FORCE=1 runs them anyway).
 SANITY ?=
 sanity: venv link host-setup
 	@bash scripts/sanity.sh $(SANITY)
@@ -106,10 +109,23 @@ docs-lint: venv link
 galaxy-check: venv
 	@bash scripts/galaxy-check.sh
 
+# What each gate reads (git pathspecs): sanity every file; docs-lint the plugins, roles and docs
+# and the tools that build them; galaxy-check what the tarball holds (galaxy.yml's build_ignore
+# leaves the rest out) and its own script.
+SANITY_INPUTS := .
+DOCS_LINT_INPUTS := plugins roles meta docs galaxy.yml README.md LICENSE pyproject.toml tests/docs \
+	tests/conftest.py scripts/build-docs.sh scripts/docsite scripts/role-readme.md.j2
+GALAXY_CHECK_INPUTS := . ':!tests' ':!molecule' ':!bench' ':!inventories/demo' ':!changelogs/fragments'
+gates: venv link host-setup
+	@bash scripts/gate-cache.sh sanity $(SANITY_INPUTS) -- $(MAKE) --no-print-directory sanity
+	@bash scripts/gate-cache.sh docs-lint $(DOCS_LINT_INPUTS) -- $(MAKE) --no-print-directory docs-lint
+	@bash scripts/gate-cache.sh galaxy-check $(GALAXY_CHECK_INPUTS) -- $(MAKE) --no-print-directory galaxy-check
+
 test: venv link host-setup images test-artifacts
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) docs-check
+	$(MAKE) gates
 	$(MAKE) manifests
 	$(MAKE) build-check
 	$(MAKE) browser

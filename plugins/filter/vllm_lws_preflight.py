@@ -56,7 +56,7 @@ _value:
     pp_layer_partition: {description: VLLM_PP_LAYER_PARTITION from the plan., type: str}
     rank_mode: {description: worker_index (all worker stages alike) or node_name., type: str}
     warnings: {description: Hosts with limited support., type: list, elements: str}
-    stages: {description: One entry per stage (rank, host, node_name, layers, need_mib, usable_mib)., type: list, elements: dict}
+    stages: {description: 'One entry per stage (rank, host, node_name, layers, need_mib, usable_mib).', type: list, elements: dict}
 """
 
 from ansible.errors import AnsibleFilterError

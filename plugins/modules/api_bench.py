@@ -32,7 +32,6 @@ options:
     description: Bearer key; empty sends no C(Authorization) header.
     type: str
     default: ""
-    no_log: true
   model:
     description: Model name sent in each request (llama-server ignores it, vLLM needs it).
     type: str
@@ -74,6 +73,7 @@ attributes:
     description: In check mode no request is sent; the settings are returned with an empty result.
   diff_mode:
     support: none
+    description: The module reports no differences.
 notes:
   - The module reports C(changed=false); it only reads from the API.
   - Output tokens/s per request counts the tokens after the first over the time between the first

@@ -68,6 +68,7 @@ attributes:
     description: Reports whether O(dest) would change; downloads nothing.
   diff_mode:
     support: none
+    description: The module reports no differences.
 notes:
   - The actual logic lives in C(plugins/module_utils/artifacts.py).
 author:

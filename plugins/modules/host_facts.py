@@ -64,8 +64,10 @@ attributes:
     description: The module never changes anything; it runs the same way in check mode.
   diff_mode:
     support: none
+    description: The module reports no differences.
   facts:
     support: full
+    description: The module returns its result under C(ansible_facts).
 notes:
   - Memory values are MiB, rounded down. C(usable_mib) is the least of C(MemAvailable) and the
     cgroup limit minus the cgroup usage without the file page cache (inactive and active file of

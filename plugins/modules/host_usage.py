@@ -53,6 +53,7 @@ attributes:
     description: The module never changes anything; it runs the same way in check mode.
   diff_mode:
     support: none
+    description: The module reports no differences.
 notes:
   - The C(time) of the sample is the host's monotonic clock, so only differences between two
     samples of the same host mean anything.

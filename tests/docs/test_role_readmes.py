@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import shutil
 import subprocess
 import sys
@@ -54,8 +55,17 @@ def test_every_role_has_an_argument_spec() -> None:
 def test_readme_is_up_to_date(role: str, tmp_path: Path) -> None:
     readme = ROOT / "roles" / role / "README.md"
     want = _generate(ROOT / "roles" / role, tmp_path / "README.md")
-    assert readme.is_file(), f"roles/{role}/README.md is missing: run `make docs`"
-    assert readme.read_text() == want, f"roles/{role}/README.md is out of date: run `make docs`"
+    regenerate = "regenerate with `make docs` (or `bash scripts/build-docs.sh readmes`) and commit it"
+    assert readme.is_file(), f"role {role}: roles/{role}/README.md is missing; {regenerate}"
+    have = readme.read_text()
+    if have != want:
+        diff = difflib.unified_diff(
+            have.splitlines(), want.splitlines(), "committed", "generated", n=0, lineterm=""
+        )
+        pytest.fail(
+            f"role {role}: roles/{role}/README.md is out of date with roles/{role}/meta/argument_specs.yml; "
+            f"{regenerate}\n" + "\n".join(list(diff)[:12])
+        )
 
 
 @pytest.mark.parametrize("role", ROLES)
