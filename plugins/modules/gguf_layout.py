@@ -14,7 +14,7 @@ description:
   - Reads a GGUF model's hyperparameters and the bytes of its tensors per repeating layer, the
     token embeddings and the output layer (tied or not), from a local file or an http(s) URL.
   - With a URL only the header and the tensor table are fetched, with HTTP Range requests
-    (a 20 GB model costs a few MB) through ansible's C(open_url). Every answer is checked: a
+    (a 20 GB model costs a few MB) through ansible's C(open_url). Every answer is checked; a
     server that ignores Range (HTTP 200 past the first window), a Content-Range that does not
     answer the request, an implausible Content-Length or file size are refused; the whole read
     has one deadline (O(deadline)) and reads at most 64 MiB of header.
