@@ -615,6 +615,11 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
         # One request per connection: a worker is never held by an idle keep-alive.
         self.send_header("Connection", "close")
 
+    def _reads_done(self) -> None:
+        """The request is read: no more read deadline, and writes get their own timeout."""
+        self._reader.deadline = None
+        self.connection.settimeout(WRITE_TIMEOUT)
+
     def end_headers(self) -> None:
         self._headers_sent = True
         super().end_headers()
@@ -623,6 +628,7 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
         if not super().parse_request():
             return False
         self._reader.deadline = time.monotonic() + BODY_TIMEOUT
+        self.connection.settimeout(WRITE_TIMEOUT)  # the reader sets its own before every read
         target = self.path
         if not target.isascii() or any(ord(c) < 0x21 or ord(c) == 0x7F for c in target):
             self._error(400, "the request target must be ASCII without spaces or control characters")
@@ -753,7 +759,7 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
         raw = self.rfile.read(length)
         if len(raw) != length:
             raise _ClientBodyError(f"the client sent {len(raw)} of the {length} bytes it announced")
-        self._reader.deadline = None
+        self._reads_done()
         try:
             return json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
@@ -818,7 +824,7 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
         try:
             try:
                 conn.request(self.command, path, body, headers)
-                self._reader.deadline = None
+                self._reads_done()
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as exc:
                 LOG.warning("upstream %s: %s", target, exc)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -225,3 +227,36 @@ def test_a_worker_that_comes_back_is_logged_up(tmp_path: Path, workers) -> None:
         assert h.wait_starts(1)[0]["argv"][:2] == ["--rpc", plan["rpc"]]
     finally:
         h.stop()
+
+
+LLAMA_BIN = ROOT / ".cache" / "llama.cpp" / "bin"
+
+
+@pytest.mark.skipif(
+    not (LLAMA_BIN / "ggml-rpc-server").exists(), reason="llama.cpp not built (make test-artifacts)"
+)
+def test_hello_against_the_real_rpc_server() -> None:
+    """The probe speaks the protocol of the pinned build: the real rpc-server answers, three times."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [str(LLAMA_BIN / "ggml-rpc-server"), "--host", "127.0.0.1", "--port", str(port)],
+        env=dict(os.environ, LD_LIBRARY_PATH=str(LLAMA_BIN)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        results: list[tuple[bool, str]] = []
+        while time.monotonic() < deadline and len([r for r in results if r[0]]) < 3:
+            results.append(sup.rpc_hello(f"127.0.0.1:{port}", 3.0))
+            if not results[-1][0]:
+                time.sleep(0.2)
+        assert server.poll() is None, "rpc-server exited after a HELLO"
+    finally:
+        server.terminate()
+        server.wait(10)
+    answered = [detail for ok, detail in results if ok]
+    assert len(answered) == 3, results
+    assert all(detail.startswith("rpc-server protocol 7.") for detail in answered)

@@ -87,6 +87,7 @@ def tls_api(tmp_path):
         serve_chat_app(
             upstream=up.url,
             password="page-password",
+            api_key="k3y",  # the page's upstream key: without one its API relay is closed (403)
             tls_cert=str(cert),
             tls_key=str(key),
             api_passthrough=True,
