@@ -5,7 +5,9 @@ large enough to hold it alone and one worker it does not need, so the plan has `
 and no ``--rpc``. The supervisor (roles/llama_rpc/files/llmfleet_supervisor.py) runs as a real
 process, as the unit starts it (static discovery), with the llama-server that make test-artifacts
 built; it must start llama-server at once (there is no worker to wait for), /health must answer
-200 and a chat completion must come back with text.
+200 and a chat completion must come back with text. A second test, which needs only the tiny model,
+runs it with a stand-in llama-server that records its arguments: started at once with the plan's
+arguments, and started again when it exits.
 """
 
 from __future__ import annotations
@@ -30,10 +32,19 @@ CACHE = Path(os.environ.get("CACHE", ROOT / ".cache"))
 LLAMA_SERVER = CACHE / "llama.cpp" / "bin" / "llama-server"
 MODEL = CACHE / "models" / "tiny-llama-8L.gguf"
 
-pytestmark = pytest.mark.skipif(
-    not (LLAMA_SERVER.is_file() and MODEL.is_file()),
-    reason="needs make test-artifacts (llama-server, tiny model)",
+needs_model = pytest.mark.skipif(not MODEL.is_file(), reason="needs make test-artifacts (tiny model)")
+needs_server = pytest.mark.skipif(
+    not LLAMA_SERVER.is_file(), reason="needs make test-artifacts (llama-server)"
 )
+
+STAND_IN = """\
+import json, os, sys, time
+with open(os.environ["STAND_IN_LOG"], "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+if len(open(os.environ["STAND_IN_LOG"]).readlines()) == 1:
+    sys.exit(3)
+time.sleep(60)
+"""
 
 
 def free_port() -> int:
@@ -63,6 +74,7 @@ def get(url: str, body: dict | None = None) -> tuple[int, dict]:
         return 0, {}
 
 
+@needs_model
 def test_the_plan_of_a_head_alone_has_no_worker_and_no_rpc() -> None:
     plan = workerless_plan()
     assert plan["workers"] == []
@@ -70,6 +82,57 @@ def test_the_plan_of_a_head_alone_has_no_worker_and_no_rpc() -> None:
     assert "--rpc" not in plan["llama_server_args"]
 
 
+@needs_model
+def test_the_supervisor_starts_a_workerless_plan_at_once_and_restarts_it(tmp_path: Path) -> None:
+    plan = workerless_plan()
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(plan))
+    (tmp_path / "stand-in.py").write_text(STAND_IN)
+    launcher = tmp_path / "llama-server"
+    launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{tmp_path / "stand-in.py"}" "$@"\n')
+    launcher.chmod(0o755)
+    log = tmp_path / "argv.log"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(SUPERVISOR),
+            "--plan",
+            str(plan_path),
+            "--llama-server",
+            str(launcher),
+            "--interval",
+            "0.2",
+            "--stable",
+            "2",
+            "--grace",
+            "30",
+            "--stop-timeout",
+            "1",
+            "--",
+            "--port",
+            "1",
+        ],
+        env=dict(os.environ, STAND_IN_LOG=str(log)),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (log.exists() and len(log.read_text().splitlines()) >= 2):
+            time.sleep(0.1)
+        starts = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        # Well inside the 30 s grace: nothing was waited for. Started again after the exit.
+        assert len(starts) >= 2, starts
+        for argv in starts[:2]:
+            assert argv == [*plan["llama_server_args"], "--port", "1"]
+            assert "--rpc" not in argv
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@needs_model
+@needs_server
 def test_the_supervisor_serves_a_workerless_plan_with_the_real_llama_server(tmp_path: Path) -> None:
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(json.dumps(workerless_plan()))
