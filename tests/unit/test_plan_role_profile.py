@@ -1,0 +1,95 @@
+"""The plan role with a speed profile, on a what-if inventory (no host is contacted).
+
+The planner's use of the figures belongs to the speed objective; here: the role reads
+profile.json, names every host whose figures it does not pass on (stale), and refuses odd
+what-if figures by host before anything else.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from tests.support.gguf_gen import SHAPES, write_tiny_llama
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CACHE = os.environ.get("CACHE", os.path.join(ROOT, ".cache"))
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "plan", "whatif.yml")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("model") / "tiny.gguf")
+    write_tiny_llama(path, next(s for s in SHAPES if s.name == "tiny-llama-13L"))
+    with open(path, "rb") as handle:
+        return path, hashlib.sha256(handle.read()).hexdigest()
+
+
+def inventory(tmp_path, model, given=None):
+    with open(FIXTURE, encoding="utf-8") as handle:
+        inv = yaml.safe_load(handle)
+    inv["all"]["vars"]["llmfleet_model"] = {"name": "tiny", "file": model[0], "sha256": model[1]}
+    for name, figures in (given or {}).items():
+        inv["all"]["children"]["llm_workers"]["hosts"][name]["llmfleet_profile"] = figures
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(inv))
+    return str(path)
+
+
+def play(tmp_path, inv, *extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", os.path.join(CACHE, "collections"))
+    cmd = ["ansible-playbook", os.path.join(ROOT, "playbooks", "plan.yml"), "-i", inv]
+    cmd += ["-e", f"llmfleet_output_dir={tmp_path}", "-e", "llama_cpp_build=b0c1e570", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+def test_a_stale_profile_is_named_host_by_host_and_not_used(tmp_path, model) -> None:
+    fingerprint = {
+        "arch": "x86_64",
+        "cpu_model": None,
+        "cpus": 2,
+        "cpus_online": None,
+        "cpu_quota": None,
+        "isa": None,
+        "total_mib": None,
+        "cgroup_limit_mib": None,
+    }
+    entry = {
+        "fingerprint": fingerprint,
+        "measured_at": "t",
+        "not_measured": [],
+        "compute": {"ms_per_layer": 2.0, "measured_at": "t"},
+        "link": {"rtt_ms": 1.0, "mbit_s": 100.0, "measured_at": "t"},
+    }
+    profile = {
+        "version": 1,
+        "measured_at": "t",
+        "build": "b0c1e570",
+        "model": {"sha256": "0" * 64},
+        "hosts": {name: entry for name in ("head1", "w1", "w2", "w3")},
+    }
+    (tmp_path / "profile.json").write_text(json.dumps(profile))
+    result = play(tmp_path, inventory(tmp_path, model))
+    assert result.returncode == 0, result.stdout[-3000:]
+    for name in ("head1", "w1", "w2", "w3"):
+        assert (
+            f"{name}: profile.json is stale (the model changed (sha256 000000000000 -> {model[1][:12]}))"
+            in " ".join(result.stdout.split())
+        )
+    assert (tmp_path / "plan.json").exists()
+
+
+def test_odd_what_if_figures_fail_naming_the_host(tmp_path, model) -> None:
+    inv = inventory(tmp_path, model, {"w2": {"ms_per_layer": 3.0, "rtt_ms": 1.0, "mbit_s": 0}})
+    result = play(tmp_path, inv)
+    assert result.returncode != 0
+    assert "profile_speed: w2: mbit_s is 0 in llmfleet_profile (a 0 Mbit link)" in " ".join(
+        result.stdout.split()
+    )
+    assert not (tmp_path / "plan.json").exists()
