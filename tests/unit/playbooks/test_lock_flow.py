@@ -120,7 +120,7 @@ def start(inv: Path, playbook: str | Path, *extra: str) -> subprocess.Popen:
 
 
 def finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=900)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
