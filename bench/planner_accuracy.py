@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Planner accuracy and capacity against llama.cpp itself (real processes on loopback).
 
 For every case it plans a fleet with llmfleet.cluster's placement math, starts one
@@ -87,7 +87,7 @@ class Cgroups:
         try:
             with open("/proc/self/cgroup", encoding="utf-8") as handle:
                 for line in handle:
-                    _, ctrl, path = line.strip().split(":", 2)
+                    _unused, ctrl, path = line.strip().split(":", 2)
                     if "memory" in ctrl.split(","):
                         cand = "/sys/fs/cgroup/memory" + path
                         test = os.path.join(cand, f"llmfleet-bench-{os.getpid()}")

@@ -47,6 +47,8 @@ if [[ ! -f $SRC_TARBALL.sha256 ]]; then
 fi
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
+# $ORIGIN is for the dynamic linker (the binaries find their libraries beside them), not the shell.
+# shellcheck disable=SC2016
 cmake -S "$WORK" -B "$WORK/build" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_RPC=ON -DGGML_NATIVE=OFF \
   -DGGML_BACKEND_DL=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DCMAKE_INSTALL_RPATH='$ORIGIN' -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON >/dev/null

@@ -82,9 +82,9 @@ if [[ $action == down ]]; then
   stop_mirror
   for line in "${host_lines[@]}"; do
     read -r name _ <<<"$line"
-    podman rm -f -t 5 "$name" >/dev/null 2>&1 && echo "demo: removed $name" || true
+    if podman rm -f -t 5 "$name" >/dev/null 2>&1; then echo "demo: removed $name"; fi
   done
-  podman network rm "$net_name" >/dev/null 2>&1 && echo "demo: removed network $net_name" || true
+  if podman network rm "$net_name" >/dev/null 2>&1; then echo "demo: removed network $net_name"; fi
   rm -rf "$state"
   exit 0
 fi

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Source this to work by hand the way `make` does:  source scripts/env.sh
 _llmfleet_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export CACHE=$_llmfleet_root/.cache

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Write the test models into --out DIR (cached: a second run only checks hashes).
 
 - tiny random-weight llama GGUFs of a few shapes (tests/support/gguf_gen.py: 8 layers with a chat

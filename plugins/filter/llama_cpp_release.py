@@ -35,7 +35,7 @@ options:
     type: str
     default: this host
 author:
-  - llmfleet contributors
+  - llmfleet contributors (@llmfleet)
 """
 
 EXAMPLES = r"""

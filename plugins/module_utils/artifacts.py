@@ -614,7 +614,7 @@ def _extract(archive: str, stage: str) -> str:
             with zipfile.ZipFile(archive) as bundle:
                 entries = [(_zip_member(bundle, info), info) for info in bundle.infolist()]
                 infos = {id(member): info for member, info in entries}
-                root, planned = plan_members(member for member, _ in entries)
+                root, planned = plan_members(member for member, _unused in entries)
                 _write(planned, root, stage, lambda member: bundle.open(infos[id(member)]))
     except LayoutError as exc:
         raise LayoutError(f"{archive}: {exc}") from None

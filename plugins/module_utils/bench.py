@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: llmfleet developers
-# Apache License 2.0 (see LICENSE)
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Benchmark arithmetic: server-sent events, per-request speeds, percentiles, SVG charts.
 
 Pure functions (no I/O, no clock); ``llmfleet.cluster.api_bench`` does the HTTP and hands the
@@ -97,7 +97,7 @@ def request_result(
         return result
     usage = {}  # type: Dict[str, object]
     timings = {}  # type: Dict[str, object]
-    for _, event in events:
+    for _unused, event in events:
         if isinstance(event, dict):
             if isinstance(event.get("usage"), dict):
                 usage = event["usage"]
@@ -255,7 +255,7 @@ def bar_chart_svg(
     row, top, label_w, value_w = 26, 34, 130, 90
     plot_w = width - label_w - value_w - 10
     height = top + row * len(bars) + 10
-    biggest = max((v for _, v in bars if isinstance(v, (int, float))), default=0.0) or 1.0
+    biggest = max((v for _unused, v in bars if isinstance(v, (int, float))), default=0.0) or 1.0
     colours = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948")
     parts = [
         '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: llmfleet developers
-# Apache License 2.0 (see LICENSE)
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read what a Linux host can do from /proc, /sys and /etc: the llmfleet host fact.
 
 Pure Python (3.9+, standard library only), no Ansible imports: it runs on the managed
@@ -343,7 +343,7 @@ def parse_fib_trie(text: str) -> List[str]:
     """/proc/net/fib_trie -> the host's local IPv4 addresses (leaves marked "/32 host LOCAL")."""
     found: List[str] = []
     leaf: Optional[str] = None
-    for _, line in _lines(text):
+    for _unused, line in _lines(text):
         match = re.search(r"\|-- (\d+\.\d+\.\d+\.\d+)\s*$", line)
         if match:
             leaf = match.group(1)

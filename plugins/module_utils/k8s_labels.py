@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: llmfleet developers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Kubernetes node labels and taints computed from the probe fact, the plan and the inventory.
 
 Pure functions, no Ansible imports: the ``k8s_*`` filters and the ``k3s`` / ``node_labels``

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: llmfleet developers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the Kubernetes manifests of llmfleet.cluster.llama_rpc need from the plan (pure).
 
 The plan is never recomputed here: its hosts and fallbacks are grouped by the Kubernetes

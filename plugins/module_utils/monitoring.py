@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: llmfleet developers
-# Apache License 2.0 (see LICENSE)
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Prometheus file_sd target lists for one fleet, from the plan."""
 
 from __future__ import annotations

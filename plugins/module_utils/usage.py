@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: llmfleet developers
-# Apache License 2.0 (see LICENSE)
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Resource usage of a host and of its systemd units, from cgroup and /proc counters.
 
 Pure parsers over the text of kernel files plus a small reader that takes every path
@@ -105,7 +105,7 @@ def proc_pid_memory(pid_status: str) -> Tuple[int, int]:
     """(resident bytes, peak resident bytes) of one process from ``/proc/PID/status``."""
     values = {}  # type: Dict[str, int]
     for line in pid_status.splitlines():
-        key, _, rest = line.partition(":")
+        key, _unused, rest = line.partition(":")
         if key in ("VmRSS", "VmHWM"):
             number = rest.split()
             if len(number) != 2 or number[1] != "kB":
@@ -128,7 +128,7 @@ def parse_net_dev(text: str, pattern: str = DEFAULT_INTERFACE_PATTERN) -> Dict[s
     for number, line in enumerate(text.splitlines(), 1):
         if ":" not in line or "|" in line:
             continue  # the two header lines
-        name, _, counters = line.partition(":")
+        name, _unused, counters = line.partition(":")
         name = name.strip()
         if name == "lo" or not regex.search(name):
             continue
@@ -199,7 +199,7 @@ def parse_proc_cgroup(text: str) -> Dict[str, str]:
         parts = line.split(":", 2)
         if len(parts) != 3:
             raise UsageError("/proc/PID/cgroup line %d: expected 'id:controllers:path'" % number)
-        _, controllers, path = parts
+        _unused, controllers, path = parts
         if controllers == "":
             result[""] = path
         for controller in controllers.split(","):

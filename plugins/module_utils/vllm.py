@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: llmfleet developers
-# Apache License 2.0 (see galaxy.yml)
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """vLLM across nodes with LeaderWorkerSet: every decision the ``lws`` target makes, as pure functions.
 
 The stage partition itself (pipeline size, VLLM_PP_LAYER_PARTITION, KV cache space, which host holds
@@ -581,8 +581,8 @@ def build_manifests(choice: GroupChoice, opts: Dict[str, Any]) -> List[Dict[str,
                 }
             )
 
-    _, leader_spec = _pod_spec(choice, opts, True, name)
-    _, worker_spec = _pod_spec(choice, opts, False, name)
+    _unused, leader_spec = _pod_spec(choice, opts, True, name)
+    _unused, worker_spec = _pod_spec(choice, opts, False, name)
     lws = {
         "apiVersion": LWS_API_VERSION,
         "kind": "LeaderWorkerSet",

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# Copyright: llmfleet developers
-# Apache License 2.0 (see LICENSE)
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -22,7 +22,7 @@ description:
   - Meant to run on the controller (C(delegate_to=localhost)); C(llmfleet.cluster.bench_report)
     turns the result into bench.json and SVG charts.
 author:
-  - llmfleet developers
+  - llmfleet contributors (@llmfleet)
 options:
   url:
     description: Base URL of the API, without C(/v1/...).
@@ -103,7 +103,9 @@ results:
   type: list
   elements: dict
 summary:
-  description: requests, ok, failed, concurrency, wall_seconds, completion_tokens, throughput_tps, and median / p95 / min / max / n of ttft_seconds, output_tps, prompt_tps.
+  description: >-
+    requests, ok, failed, concurrency, wall_seconds, completion_tokens, throughput_tps, and
+    median / p95 / min / max / n of ttft_seconds, output_tps, prompt_tps.
   returned: always
   type: dict
 """
@@ -115,7 +117,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
-from ansible.module_utils.six.moves.urllib.request import Request, urlopen
+from ansible.module_utils.urls import Request
 from ansible_collections.llmfleet.cluster.plugins.module_utils.bench import (
     BenchError,
     parse_sse,
@@ -139,11 +141,11 @@ def one_request(url, api_key, body, timeout, context=None):
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if api_key:
         headers["Authorization"] = "Bearer " + api_key
-    request = Request(url, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST")
+    request = Request(headers=headers, timeout=timeout, context=context)
     started = time.monotonic()
     events = []
     try:
-        response = urlopen(request, timeout=timeout, context=context)
+        response = request.open("POST", url, data=json.dumps(body).encode("utf-8"))
         try:
             for raw in response:
                 line = raw.decode("utf-8", errors="replace")
@@ -173,7 +175,7 @@ def main():
             api_key=dict(type="str", default="", no_log=True),
             model=dict(type="str", default="model"),
             prompt=dict(type="str", default="Explain in a few sentences why the sky is blue."),
-            max_tokens=dict(type="int", default=64),
+            max_tokens=dict(type="int", default=64, no_log=False),
             requests=dict(type="int", default=8),
             concurrency=dict(type="int", default=1),
             timeout=dict(type="int", default=300),
@@ -217,7 +219,7 @@ def main():
     with ThreadPoolExecutor(max_workers=p["concurrency"]) as pool:
         futures = [
             pool.submit(one_request, url, p["api_key"], body, p["timeout"], context)
-            for _ in range(p["requests"])
+            for _unused in range(p["requests"])
         ]
         results = [f.result() for f in futures]
     wall = time.monotonic() - started

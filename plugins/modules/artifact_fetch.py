@@ -72,7 +72,7 @@ attributes:
 notes:
   - The actual logic lives in C(plugins/module_utils/artifacts.py).
 author:
-  - llmfleet contributors
+  - llmfleet contributors (@llmfleet)
 """
 
 EXAMPLES = r"""

@@ -40,7 +40,7 @@ options:
     type: bool
     default: false
 author:
-  - llmfleet contributors
+  - llmfleet contributors (@llmfleet)
 """
 
 EXAMPLES = r"""

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# Copyright: llmfleet developers
-# Apache License 2.0 (see LICENSE)
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -26,7 +26,7 @@ description:
     table. The arithmetic lives in C(plugins/module_utils/usage.py).
   - Read-only.
 author:
-  - llmfleet developers
+  - llmfleet contributors (@llmfleet)
 options:
   root:
     description:

@@ -91,7 +91,7 @@ class Fleet:
         self.facts = {
             name: hostinfo.probe(str(MACHINES / tree))
             for group in FLEET.values()
-            for name, (tree, _) in group.items()
+            for name, (tree, _unused) in group.items()
         }
         model = write_tiny_llama(
             str(base / "tiny-site.gguf"), TinyLlama("tiny-site", n_layer=8, n_embd=128, n_ff=256)
@@ -122,7 +122,7 @@ class Fleet:
                     group: {
                         "hosts": {
                             name: {"ansible_host": address, "llmfleet_host": self.facts[name]}
-                            for name, (_, address) in hosts.items()
+                            for name, (_unused, address) in hosts.items()
                         }
                     }
                     for group, hosts in FLEET.items()
@@ -138,7 +138,9 @@ class Fleet:
             "-e", f"llmfleet_output_dir={out or self.out}", *args,
         ]  # fmt: skip
         return Run(
-            subprocess.run(cmd, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=600)
+            subprocess.run(
+                cmd, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=600, check=False
+            )
         )
 
 

@@ -143,6 +143,7 @@ def run_verify(tmp: Path, api: FakeKubeApi, **extra: Any) -> subprocess.Complete
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
 
 
@@ -172,7 +173,7 @@ def test_a_failed_request_leaves_every_containers_current_and_previous_log(api, 
     assert_no_secret(proc)
 
     expected_files = {
-        f"{NS}_{name}_{c}.log" for name, (_, containers) in EXPECTED.items() for c in containers
+        f"{NS}_{name}_{c}.log" for name, (_unused, containers) in EXPECTED.items() for c in containers
     }
     assert {p.name for p in logs.iterdir()} == expected_files | {"pods.txt"}
 
@@ -222,7 +223,10 @@ def test_a_failed_request_leaves_every_containers_current_and_previous_log(api, 
     assert all(r["namespace"] == NS for r in reads)
     asked = {(r["pod"], r["container"], r.get("previous", "false").lower() == "true") for r in reads}
     assert asked == {
-        (name, c, previous) for name, (_, cs) in EXPECTED.items() for c in cs for previous in (False, True)
+        (name, c, previous)
+        for name, (_unused, cs) in EXPECTED.items()
+        for c in cs
+        for previous in (False, True)
     }
     assert any(p.startswith(f"/api/v1/namespaces/{NS}/pods?labelSelector=") and "part-of%3Dllmfleet" in p
                for p in api.requests)  # fmt: skip

@@ -119,7 +119,7 @@ def pod(
 
 def _selects(selector: str, labels: dict[str, str]) -> bool:
     for term in filter(None, selector.split(",")):
-        key, _, value = term.partition("=")
+        key, _unused, value = term.partition("=")
         if labels.get(key) != value:
             return False
     return True

@@ -14,6 +14,7 @@ def run_strict(files: Iterable[Path], version: str) -> subprocess.CompletedProce
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
 
 

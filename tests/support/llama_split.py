@@ -22,7 +22,7 @@ CPU = -1
 
 def parse_tensor_split(text: str) -> list[float]:
     """Parse a --tensor-split value the way llama.cpp's argument parser does (commas or slashes)."""
-    parts = [p for p in text.replace("/", ",").split(",")]
+    parts = text.replace("/", ",").split(",")
     return [float(p) for p in parts]
 
 

@@ -41,7 +41,7 @@ def expand(text: str, env: dict[str, str]) -> str:
 
 
 def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, check=False)
     if check and proc.returncode != 0:
         raise RuntimeError(f"podman {shlex.join(args)} failed ({proc.returncode}): {proc.stderr}")
     return proc

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Record the kernel files that ``llmfleet.cluster.host_usage`` reads into a directory.
 
 Run it on (or inside) a real host, then copy the directory under tests/fixtures/usage/:

@@ -91,7 +91,7 @@ def test_every_expression_uses_exported_metrics(title: str, expr: str) -> None:
 def test_dashboard_has_the_panels_the_seeds_used() -> None:
     dashboard = _dashboard()
     assert dashboard["uid"] and dashboard["title"]
-    used = set().union(*(metric_names(e) for _, e in _exprs()))
+    used = set().union(*(metric_names(e) for _unused, e in _exprs()))
     for needed in (
         "llamacpp:predicted_tokens_seconds",
         "llamacpp:requests_processing",
@@ -113,7 +113,7 @@ def test_dashboard_has_the_panels_the_seeds_used() -> None:
 
 
 def test_network_panels_match_interfaces_by_pattern_not_by_name() -> None:
-    network = [e for _, e in _exprs() if "node_network_" in e]
+    network = [e for _unused, e in _exprs() if "node_network_" in e]
     assert len(network) == 2
     for expr in network:
         matcher = re.search(r'device=~"([^"]+)"', expr)
@@ -211,7 +211,7 @@ def test_promtool_accepts_the_scrape_config_and_the_target_lists(case: str, tmp_
     for job, content in targets.items():
         (tmp_path / f"{job}.json").write_text(json.dumps(content))
     (tmp_path / "api-key").write_text("not-a-real-key\n")
-    cert, _ = self_signed("10.89.0.2", tmp_path / "tls")
+    cert, _unused = self_signed("10.89.0.2", tmp_path / "tls")
     shutil.copy(cert, tmp_path / "ca.crt")
     config = tmp_path / "prometheus.yml"
     config.write_text(text.replace("/etc/prometheus/llmfleet/", f"{tmp_path}/"))

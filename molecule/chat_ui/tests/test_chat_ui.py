@@ -30,7 +30,7 @@ CONFIG = "/etc/llmfleet-chat"
 
 def sh(command: str, check: bool = True) -> str:
     proc = subprocess.run(
-        ["podman", "exec", HEAD, "sh", "-c", command], capture_output=True, text=True, timeout=60
+        ["podman", "exec", HEAD, "sh", "-c", command], capture_output=True, text=True, timeout=60, check=False
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"{HEAD}: {command!r} failed ({proc.returncode}): {proc.stderr.strip()}")
@@ -104,6 +104,7 @@ def test_unit_passes_systemd_analyze_verify() -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -129,7 +130,7 @@ def test_healthz_is_open_and_everything_else_needs_the_password(
 ) -> None:
     assert request(address, tls_context, "GET", "/healthz", auth=False)[0] == 200
     for path in ("/chat/", "/chat/app.js", "/chat/api/config"):
-        status, headers, _ = request(address, tls_context, "GET", path, auth=False)
+        status, headers, _unused = request(address, tls_context, "GET", path, auth=False)
         assert status == 401 and headers["www-authenticate"].startswith("Basic"), path
     status, headers, body = request(address, tls_context, "GET", "/chat/")
     assert status == 200 and b'id="prompt"' in body
@@ -170,7 +171,7 @@ def test_a_streamed_answer_through_the_page(address: str, tls_context: ssl.SSLCo
     assert "".join(pieces) == "The fleet answers one token at a time."
     assert arrivals[-1] - arrivals[0] > 0.4, "the pieces arrived together, not as they were made"
     assert api_key.encode() not in raw
-    status, _, config = request(address, tls_context, "GET", "/chat/api/config")
+    status, _unused, config = request(address, tls_context, "GET", "/chat/api/config")
     assert status == 200
     assert json.loads(config)["model"] == "test-org/fake-model"
 
@@ -226,6 +227,7 @@ def test_chromium_against_the_deployed_page(address: str, api_key: str) -> None:
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
     print(proc.stdout[-3000:])
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

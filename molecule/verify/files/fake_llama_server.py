@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """A stand-in for llama-server in the verify scenario.
 
 POST /v1/chat/completions with the bearer key of KEY_FILE: asks every worker of WORKERS

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """A stand-in for ggml-rpc-server in the verify scenario: work and bytes on demand.
 
 Each connection sends "N\n"; the server burns about 0.3 s of CPU (as a worker computing its

@@ -64,7 +64,12 @@ def _run(args: list[str], timeout: float = 20) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("NOTIFY_SOCKET", None)
     return subprocess.run(
-        [sys.executable, str(STANDIN), *args], capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, str(STANDIN), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
     )
 
 

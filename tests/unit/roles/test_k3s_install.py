@@ -73,6 +73,7 @@ def _playbook(tmp: Path, url: str, version: str) -> subprocess.CompletedProcess:
         cwd=ROOT,
         env=env,
         timeout=600,
+        check=False,
     )
 
 

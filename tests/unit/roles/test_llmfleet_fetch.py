@@ -23,7 +23,9 @@ FETCH = ROOT / "roles" / "llama_rpc" / "templates" / "kubernetes" / "llmfleet_fe
 
 
 def fetch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(FETCH), *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(FETCH), *args], capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def make_tarball(path: Path, members: dict[str, bytes], links: dict[str, str] | None = None) -> str:

@@ -66,7 +66,7 @@ def test_head_sends_no_body(served):
 
 
 def test_quoted_names_missing_files_and_escapes(served):
-    mirror, _ = served
+    mirror, _unused = served
     with _get(mirror.url_for("sub/x y.txt")) as resp:
         assert resp.read() == b"hello"
     for bad in ("/nope.bin", "/sub", "/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd"):

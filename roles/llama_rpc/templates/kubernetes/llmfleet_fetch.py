@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """llmfleet fetch: the init containers of the Kubernetes target of llmfleet.cluster.llama_rpc.
 
 Stdlib only; shipped in the ConfigMap next to the supervisor. Fails closed: nothing is used

@@ -328,4 +328,4 @@ def test_the_old_release_layout_is_found_below_build_bin(tmp_path: Path) -> None
         members.append(member)
     root, planned = A.plan_members(members)
     assert root == "build/bin"
-    assert sorted(rel for _, rel in planned) == sorted(EXPECTED)
+    assert sorted(rel for _unused, rel in planned) == sorted(EXPECTED)

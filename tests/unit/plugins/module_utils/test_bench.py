@@ -163,8 +163,8 @@ def _bars(svg: str) -> list:
 def test_bar_chart_is_valid_svg_with_proportional_bars() -> None:
     svg = bench.bar_chart_svg("t <&>", [("a", 10.0), ("b", 40.0), ("c", None), ("d", 20.0)], "MiB")
     bars = _bars(svg)
-    assert [v for _, v in bars] == [10.0, 40.0, 20.0]
-    longest = max(w for w, _ in bars)
+    assert [v for _unused, v in bars] == [10.0, 40.0, 20.0]
+    longest = max(w for w, _unused in bars)
     for width, value in bars:
         assert width == pytest.approx(longest * value / 40.0, abs=0.1)
     assert "n/a" in svg
@@ -177,8 +177,8 @@ def test_report_has_one_memory_chart_per_host_and_a_tokens_chart() -> None:
     out = bench.report(load, PLAN, SAMPLES, UNITS)
     assert sorted(out["charts"]) == ["memory-head1.svg", "memory-w1.svg", "tokens.svg"]
     # planned 80, used 31, peak 60 MiB on w1
-    assert [v for _, v in _bars(out["charts"]["memory-w1.svg"])] == [80.0, 31.0, 60.0]
-    assert [v for _, v in _bars(out["charts"]["tokens.svg"])] == [12.0, 12.0, 90.0, 90.0, 10.0]
+    assert [v for _unused, v in _bars(out["charts"]["memory-w1.svg"])] == [80.0, 31.0, 60.0]
+    assert [v for _unused, v in _bars(out["charts"]["tokens.svg"])] == [12.0, 12.0, 90.0, 90.0, 10.0]
     assert out["json"]["memory"][1]["peak_mib"] == 60.0
     assert out["json"]["requests"] == results
     with pytest.raises(bench.BenchError, match="summary"):

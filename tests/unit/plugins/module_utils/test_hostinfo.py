@@ -607,7 +607,7 @@ def test_isa_is_what_every_cpu_reports() -> None:
         "processor : 0\nFeatures : fp asimd asimddp\nCPU architecture: 8\n\n"
         "processor : 1\nFeatures : fp asimd\nCPU architecture: 8\n"
     )
-    processors, _ = hostinfo.parse_cpuinfo(text, "cpuinfo")
+    processors, _unused = hostinfo.parse_cpuinfo(text, "cpuinfo")
     assert len(processors) == 2
     words = set(processors[0]["Features"].split()) & set(processors[1]["Features"].split())
     assert hostinfo.normalise_isa("aarch64", words) == ["neon"]

@@ -107,7 +107,7 @@ def test_https_with_the_pages_certificate(tls_api) -> None:
 
 
 def test_https_refuses_an_unknown_certificate(tls_api) -> None:
-    url, _, up = tls_api
+    url, _unused, up = tls_api
     result = api_bench.one_request(
         url, "k3y", {"stream": True}, timeout=10, context=api_bench.tls_context(url)
     )

@@ -35,9 +35,9 @@ def test_replays_a_recorded_machine_and_sets_the_fact(capsys: pytest.CaptureFixt
 
 def test_own_processes_option_reaches_the_probe(capsys: pytest.CaptureFixture) -> None:
     # the serving head: llama-server's 48 MiB anonymous memory counts back by default, not when left out
-    _, result = run(capsys, root=str(FIXTURES / "podman-v1-head"))
+    _unused, result = run(capsys, root=str(FIXTURES / "podman-v1-head"))
     assert result["llmfleet_host"]["memory"]["usable_mib"] == 262 + 48
-    _, result = run(capsys, root=str(FIXTURES / "podman-v1-head"), own_processes=["ggml-rpc-server"])
+    _unused, result = run(capsys, root=str(FIXTURES / "podman-v1-head"), own_processes=["ggml-rpc-server"])
     assert result["llmfleet_host"]["memory"]["usable_mib"] == 262
 
 
@@ -48,7 +48,7 @@ def test_check_mode_probes_the_same_way(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_min_glibc_option_changes_the_verdict(capsys: pytest.CaptureFixture) -> None:
-    _, result = run(capsys, root=str(FIXTURES / "graviton2"), min_glibc="2.34")
+    _unused, result = run(capsys, root=str(FIXTURES / "graviton2"), min_glibc="2.34")
     assert result["llmfleet_host"]["backends"]["llama_cpp"]["flavour"] == "ubuntu-arm64"
 
 
