@@ -14,7 +14,10 @@ description:
     the collection's placement math (plugins/module_utils/placement.py). It picks the fewest hosts that
     fit, the head's RAM first, the output layer where there is room, the exact C(--rpc),
     C(--tensor-split) and C(-ngl) arguments, the predicted MiB per host, a fallback for every
-    proper subset of the used workers and the vLLM pipeline partition.
+    single lost worker and the vLLM pipeline partition.
+  - Under the objective C(speed) (option C(objective); C(auto) picks it when every host carries
+    speed figures) it picks, among the placements that fit memory, the one with the least predicted
+    time per token (plugins/plugin_utils/speed_search.py) and adds the prediction (C(speed)).
   - When the model does not fit, returns a dict with C(ok=false), the table and the MiB missing per host
     instead of raising, so the calling role can show the table and fail before anything changes.
   - See docs/plan-format.md and docs/planner.md.
@@ -32,7 +35,10 @@ options:
     type: dict
     required: true
   workers:
-    description: Candidate workers, dicts with C(name), C(usable_mib), C(cpus), C(address), C(port), optionally C(reserve_mib), C(speed).
+    description:
+      - Candidate workers, dicts with C(name), C(usable_mib), C(cpus), C(address), C(port), optionally C(reserve_mib), C(speed).
+      - C(speed) is a relative speed (a number) or the measured figures
+        C({ms_per_layer, rtt_ms, mbit_s}) (the head carries C(ms_per_layer) only).
     type: list
     elements: dict
     default: []
@@ -40,7 +46,8 @@ options:
     description:
       - Placement options, C(context) (default 4096), C(parallel) (1), C(ubatch) (512),
         C(cache_type_k) / C(cache_type_v) (f16), C(output_layer) (auto, worker or head),
-        C(link_mbit), C(head_layers) (true).
+        C(link_mbit), C(head_layers) (true), C(min_workers) (0),
+        C(objective) (auto, speed or memory; default auto).
     type: dict
     default: {}
   reserve_mib:
@@ -80,9 +87,9 @@ _value:
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import (
     PlacementError,
-    make_plan,
     render_table,
 )
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed_search import make_plan
 
 
 def plan_placement(

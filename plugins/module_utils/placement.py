@@ -36,7 +36,7 @@ import dataclasses
 import itertools
 import math
 import struct
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import (
     check_hosts,
@@ -137,6 +137,9 @@ class Options:
     # every candidate worker in proportion to their budgets (the lws target: the user chose the nodes)
     vllm_hosts: str = "fewest"
     min_workers: int = 0  # use at least this many workers (spare capacity, so fallbacks can fit)
+    # auto | speed | memory: what the planner optimises once the memory fits (plugin_utils/speed_search.py);
+    # the memory search here ignores it, it is recorded so that a change re-plans (planned_with)
+    objective: str = "auto"
 
     def check(self) -> None:
         if self.context <= 0:
@@ -150,6 +153,8 @@ class Options:
                 raise ValueError("unknown cache type %r (one of %s)" % (name, ", ".join(sorted(CACHE_TYPES))))
         if self.output_layer not in ("auto", "worker", "head"):
             raise ValueError("output_layer must be auto, worker or head, got %r" % self.output_layer)
+        if self.objective not in ("auto", "speed", "memory"):
+            raise ValueError("objective must be auto, speed or memory, got %r" % (self.objective,))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,7 +220,12 @@ class Model:
 def hosts_from_dicts(
     head: Dict[str, Any], workers: Sequence[Dict[str, Any]], reserve_mib: float = DEFAULT_RESERVE_MIB
 ) -> Tuple[Host, List[Host]]:
-    """Build Host objects from plain dicts ({name, usable_mib, cpus, address, port, reserve_mib, speed})."""
+    """Build Host objects from plain dicts ({name, usable_mib, cpus, address, port, reserve_mib, speed}).
+
+    ``speed`` is either a number (the relative speed that orders hosts, ``llmfleet_speed``) or the
+    measured figures ``{ms_per_layer, rtt_ms, mbit_s}``, which the speed objective reads and
+    validates (plugins/plugin_utils/speed.py); figures leave the relative speed at its default.
+    """
     head, workers, reserve_mib = check_hosts(head, workers, reserve_mib)  # refuses bad input by name
 
     def one(data: Dict[str, Any], role: str) -> Host:
@@ -237,7 +247,7 @@ def hosts_from_dicts(
             reserve_mib=float(data["reserve_mib"])
             if data.get("reserve_mib") is not None
             else float(reserve_mib),
-            speed=float(data.get("speed") or 0.0),
+            speed=_relative_speed(data),
         )
 
     names = [head.get("name")] + [w.get("name") for w in workers]
@@ -245,6 +255,19 @@ def hosts_from_dicts(
     if dupes:
         raise ValueError("host names must be unique, repeated: %s" % ", ".join(map(str, dupes)))
     return one(head, "head"), [one(w, "worker") for w in workers]
+
+
+def _relative_speed(data: Dict[str, Any]) -> float:
+    value = data.get("speed")
+    if value is None or isinstance(value, dict):
+        return 0.0
+    try:
+        return float(value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            "host %s: speed must be a number or the figures {ms_per_layer, rtt_ms, mbit_s}, got %r"
+            % (data.get("name"), value)
+        ) from err
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,6 +445,7 @@ class _Costs:
             prev = self.table[-1]
             self.table.append([max(prev[i], prev[i + span]) for i in range(len(prev) - span)])
             span *= 2
+        self.head_cache: Dict[Tuple[Host, bool, bool], Optional[int]] = {}
         self.output_only = output_only_compute_bytes(model, opts)
         self.worker_compute = {
             False: worker_compute_bytes(model, opts),
@@ -563,8 +587,30 @@ def _fill(
     return None
 
 
+def may_fit(costs: _Costs, head: Host, workers: Sequence[Host]) -> bool:
+    """A necessary condition for any placement on these hosts (no split, order or output choice
+    fits when it fails): their room after each host's fixed part (the head's embeddings and
+    compute, a worker's compute and process) holds every layer's weights and KV. A search skips
+    the sets that fail it; the result is the same, found sooner."""
+    m, opts = costs.model, costs.opts
+    need = costs.w[m.n_layer] + costs.kv[m.n_layer]
+    room = max(head.budget_mib * MIB - predict_head(m, range(0), False, opts).total, 0.0)
+    fixed = costs.worker_compute[False] + WORKER_PROCESS_MIB * MIB
+    room += sum(max(w.budget_mib * MIB - fixed, 0.0) for w in workers)
+    return room >= need
+
+
 def _head_layers(costs: _Costs, head: Host, output_on_head: bool, n_workers: int) -> Optional[int]:
-    """How many leading layers the head's CPU takes: all that fit in its budget (or none by policy)."""
+    """How many leading layers the head's CPU takes: all that fit in its budget (or none by policy).
+    Depends on the head, the output choice and whether there is more than one worker: memoised
+    per search."""
+    key = (head, output_on_head, n_workers > 1)
+    if key not in costs.head_cache:
+        costs.head_cache[key] = _head_layers_uncached(costs, head, output_on_head, n_workers)
+    return costs.head_cache[key]
+
+
+def _head_layers_uncached(costs: _Costs, head: Host, output_on_head: bool, n_workers: int) -> Optional[int]:
     model, opts = costs.model, costs.opts
     budget = head.budget_mib * MIB
     if predict_head(model, range(0), output_on_head, opts).total > budget:
@@ -674,6 +720,8 @@ def place(model: Model, head: Host, workers: List[Host], opts: Options) -> Tuple
         # within one size: the preferred output placement first, then the fastest subset
         for output_on_head in _output_choices(opts) if size else [True]:
             for subset in _subsets(workers, size) if size else [()]:
+                if size and not may_fit(costs, head, subset):
+                    continue
                 best: Optional[Placement] = None
                 for order in _orders(subset) if size else [[]]:
                     got = _balanced(costs, head, order, output_on_head)
@@ -921,6 +969,23 @@ def plan_entry(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:
     return {"hosts": rows, "workers": [h.name for h in p.workers], **args}
 
 
+# A placement strategy: (model, head, candidate workers, options) -> (placement, reasons, reasons
+# per left-out worker). ``place`` (fewest hosts, memory) is the default; the speed objective
+# passes its own (plugins/plugin_utils/speed_search.py). It raises PlacementError when nothing fits.
+Placer = Callable[[Model, Host, List[Host], Options], Tuple[Placement, List[str], Dict[str, str]]]
+# Extra plan fields computed from the chosen placement (the speed prediction).
+Annotate = Callable[[Placement, Model, Options], Dict[str, Any]]
+
+NOT_NEEDED = "not needed: the model fits on fewer hosts"
+
+
+def memory_placer(
+    model: Model, head: Host, workers: List[Host], opts: Options
+) -> Tuple[Placement, List[str], Dict[str, str]]:
+    placement, reasons = place(model, head, workers, opts)
+    return placement, reasons, {}
+
+
 def plan_llama_cpp(
     layout: Dict[str, Any],
     head: Dict[str, Any],
@@ -928,6 +993,8 @@ def plan_llama_cpp(
     options: Optional[Dict[str, Any]] = None,
     reserve_mib: float = DEFAULT_RESERVE_MIB,
     fallbacks: bool = True,
+    placer: Optional[Placer] = None,
+    annotate: Optional[Annotate] = None,
 ) -> Dict[str, Any]:
     """The whole plan (docs/plan-format.md) minus the fields the role adds (model, target, backend).
 
@@ -937,7 +1004,8 @@ def plan_llama_cpp(
     opts.check()
     model = Model.from_layout(layout)
     head_host, worker_hosts = hosts_from_dicts(head, workers, reserve_mib)
-    placement, reasons = place(model, head_host, worker_hosts, opts)
+    placer = placer or memory_placer
+    placement, reasons, left_out = placer(model, head_host, worker_hosts, opts)
     entry = plan_entry(placement, model, opts)
     used = {h.name for h in placement.workers}
     plan: Dict[str, Any] = {
@@ -947,7 +1015,7 @@ def plan_llama_cpp(
         "head": head_host.name,
         **entry,
         "unused": [
-            {"name": h.name, "reason": "not needed: the model fits on fewer hosts"}
+            {"name": h.name, "reason": left_out.get(h.name, NOT_NEEDED)}
             for h in worker_hosts
             if h.name not in used
         ],
@@ -957,7 +1025,9 @@ def plan_llama_cpp(
         "reasons": reasons,
         "table": render_table(entry["hosts"]),
     }
-    plan["fallbacks"] = fallback_plans(model, head_host, placement.workers, opts) if fallbacks else []
+    if annotate is not None:
+        plan.update(annotate(placement, model, opts))
+    plan["fallbacks"] = fallback_plans(model, head_host, placement.workers, opts, placer) if fallbacks else []
     plan["planned_with"] = planned_with(head_host, worker_hosts, opts, reserve_mib)
     return plan
 
@@ -1123,32 +1193,43 @@ def keep_previous(
     }
 
 
-def fallback_plans(model: Model, head: Host, used: List[Host], opts: Options) -> List[Dict[str, Any]]:
-    """One entry per proper, non-empty subset of the used workers (sorted by size, then names)."""
+def fallback_plans(
+    model: Model, head: Host, used: List[Host], opts: Options, placer: Optional[Placer] = None
+) -> List[Dict[str, Any]]:
+    """One entry per single lost worker: the used workers but that one (sorted by the lost name).
+
+    ``workers`` is the set left, the supervisor's key; ``lost`` the worker gone. One worker or
+    none: no fallback. When two or more are lost at once the supervisor finds no entry for the
+    set and waits (docs/planner.md). Linear in the used workers (was one per subset: 2^n - 2).
+    """
     out: List[Dict[str, Any]] = []
+    if len(used) < 2:
+        return out
+    placer = placer or memory_placer
     opts = dataclasses.replace(opts, min_workers=0)
-    names = sorted(h.name for h in used)
-    by_name = {h.name: h for h in used}
-    for size in range(len(names) - 1, 0, -1):
-        for combo in itertools.combinations(names, size):
-            subset = [by_name[n] for n in combo]
-            try:
-                placement, _reasons = place(model, head, subset, opts)
-            except PlacementError as err:
-                detail = (
-                    ", ".join("%s %.1f MiB" % (k, v) for k, v in err.missing.items())
-                    or "no whole-layer split fits"
-                )
-                out.append(
-                    {
-                        "workers": list(combo),
-                        "ok": False,
-                        "reason": "%s cannot hold the model: missing %s" % ("+".join(combo), detail),
-                    }
-                )
-                continue
-            entry = plan_entry(placement, model, opts)
-            out.append({**entry, "workers": list(combo), "used_workers": entry["workers"], "ok": True})
+    for lost in sorted(used, key=lambda h: h.name):
+        subset = [h for h in used if h is not lost]
+        names = sorted(h.name for h in subset)
+        try:
+            placement, _reasons, _left = placer(model, head, subset, opts)
+        except PlacementError as err:
+            detail = (
+                ", ".join("%s %.1f MiB" % (k, v) for k, v in err.missing.items())
+                or "no whole-layer split fits"
+            )
+            out.append(
+                {
+                    "workers": names,
+                    "lost": lost.name,
+                    "ok": False,
+                    "reason": "%s cannot hold the model: missing %s" % ("+".join(names), detail),
+                }
+            )
+            continue
+        entry = plan_entry(placement, model, opts)
+        out.append(
+            {**entry, "workers": names, "lost": lost.name, "used_workers": entry["workers"], "ok": True}
+        )
     return out
 
 
@@ -1167,6 +1248,8 @@ def make_plan(
     reserve_mib: float = DEFAULT_RESERVE_MIB,
     backend: str = "llama_cpp",
     target: str = "systemd",
+    placer: Optional[Placer] = None,
+    annotate: Optional[Annotate] = None,
 ) -> Dict[str, Any]:
     """The complete plan (docs/plan-format.md, docs/plan.schema.json).
 
@@ -1184,7 +1267,7 @@ def make_plan(
         not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)
     ):
         raise ValueError("llmfleet_model.sha256 must be 64 lowercase hex digits, got %r" % (sha,))
-    body = plan_llama_cpp(layout, head, workers, options, reserve_mib)
+    body = plan_llama_cpp(layout, head, workers, options, reserve_mib, placer=placer, annotate=annotate)
     file_name = model.get("file") or _basename(model.get("url"))
     plan: Dict[str, Any] = {
         "version": 1,
@@ -1216,7 +1299,7 @@ def host_from_fact(
     address: Optional[str] = None,
     port: Optional[int] = None,
     reserve_mib: Optional[float] = None,
-    speed: Optional[float] = None,
+    speed: Optional[Any] = None,
 ) -> Dict[str, Any]:
     """One placement host from a probe fact (``llmfleet_host``: memory.usable_mib, cpus, default_ipv4)."""
     if not isinstance(fact, dict):
@@ -1241,6 +1324,8 @@ def host_from_fact(
     }
     if reserve_mib is not None:
         out["reserve_mib"] = float(reserve_mib)
-    if speed:
+    if isinstance(speed, dict):
+        out["speed"] = dict(speed)  # measured figures, validated by the planner (plugin_utils/speed.py)
+    elif speed:
         out["speed"] = float(speed)
     return out

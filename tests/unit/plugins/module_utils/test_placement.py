@@ -200,7 +200,7 @@ def test_plan_is_exact_and_refuses_only_when_nothing_fits(
     assert sum(int(x) for x in plan["vllm"]["pp_layer_partition"].split(",")) == n_layer
 
 
-def test_fewest_hosts_and_fallbacks_for_every_subset():
+def test_fewest_hosts_and_one_fallback_per_lost_worker():
     lay = layout(n_layer=12, layer_mib=20)
     head = host("head", 100)
     ws = [host("a", 150, cpus=4), host("b", 150, cpus=2), host("c", 150, cpus=1), host("d", 150, cpus=1)]
@@ -208,8 +208,10 @@ def test_fewest_hosts_and_fallbacks_for_every_subset():
     # 240 MiB of layers + output: two 150 MiB workers are not enough, three are; fastest first
     assert plan["workers"] == ["a", "b", "c"] or sorted(plan["workers"]) == ["a", "b", "c"]
     assert [u["name"] for u in plan["unused"]] == ["d"]
-    subsets = {tuple(f["workers"]) for f in plan["fallbacks"]}
-    assert subsets == {("a", "b"), ("a", "c"), ("b", "c"), ("a",), ("b",), ("c",)}
+    # one fallback per single lost worker (the rest, keyed by the set left), not one per subset
+    assert len(plan["fallbacks"]) == len(plan["workers"]) == 3
+    subsets = {(f["lost"], tuple(f["workers"])) for f in plan["fallbacks"]}
+    assert subsets == {("c", ("a", "b")), ("b", ("a", "c")), ("a", ("b", "c"))}
     assert all(not f["ok"] and "missing" in f["reason"] for f in plan["fallbacks"])
 
 

@@ -1,0 +1,227 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The time-per-token model of a placement (docs/planner.md, "Speed").
+
+Inputs are the measured figures of each host (``speed`` in the host dicts the plan role passes,
+written by the measurement side, docs/planner.md "Speed figures"):
+
+- ``ms_per_layer``: decode time per layer per token of THIS model on that host;
+- ``rtt_ms`` and ``mbit_s``: the link head <-> host (absent for the head).
+
+In a layer split every token passes every host in turn. llama.cpp's RPC devices are driven by the
+head: the activations go to a worker over its link, it computes its layers, and the result comes
+back over the same link before the next worker is sent anything. So per token:
+
+    ms_per_token = sum over hosts of layers x ms_per_layer
+                 + sum over used workers of (rtt_ms + 2 x activation_ms)
+                 (the output holder: rtt_ms + activation_ms + logits_ms)
+
+where ``activation_ms = n_embd x 4 bytes / throughput`` (one row of float32 in, one out) and
+``logits_ms = n_vocab x 4 bytes / throughput`` of the last worker's link: that worker sends back
+the logits instead of the activation row. The hops head -> w1 -> ... -> wk -> head are
+these k round trips: hop w_i -> w_i+1 passes the head.
+
+Time to first token for a prompt of ``prompt_tokens`` tokens (one batch):
+``prompt_tokens x compute + sum(rtt) + prompt_tokens x activation terms + logits_ms`` (the rows of
+every prompt token pass every link; the logits of the last token only). Prefill is
+counted at the decode cost per token, an upper bound: on a CPU a batch reuses each weight it reads,
+so prompt processing is usually faster per token than generation.
+"""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+import dataclasses
+import math
+from typing import Any, Dict, List, Optional, Sequence
+
+from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import Host, Model, Placement
+
+__metaclass__ = type
+
+# Sane upper bounds: a figure above these is a measurement error, not a slow host.
+MAX_MS_PER_LAYER = 60000.0  # a minute per layer per token
+MAX_RTT_MS = 60000.0
+MAX_MBIT_S = 10000000.0  # 10 Tbit/s
+PROMPT_TOKENS = 128
+FLOAT_BYTES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    """The measured figures of one host (``rtt_ms``/``mbit_s`` None on the head)."""
+
+    ms_per_layer: float
+    rtt_ms: Optional[float] = None
+    mbit_s: Optional[float] = None
+
+    def transfer_ms(self, n_bytes: float) -> float:
+        """Milliseconds to send ``n_bytes`` over this host's link (0 without a link: the head)."""
+        if not self.mbit_s:
+            return 0.0
+        return n_bytes * 8.0 / (self.mbit_s * 1e6) * 1000.0
+
+
+def _number(host: str, key: str, value: Any, upper: float) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        value = float(value)
+        ok = math.isfinite(value) and 0.0 < value <= upper
+    if not ok:
+        raise ValueError(
+            "host %s: speed.%s must be a finite number > 0 and <= %g, got %r" % (host, key, upper, value)
+        )
+    return value
+
+
+def figures_of(data: Dict[str, Any], role: str) -> Optional[Figures]:
+    """The validated figures of one host dict, or None when it has none.
+
+    A host without ``speed``, or with a number there (the relative ``llmfleet_speed``), has no
+    figures. A worker needs all three; the head needs ``ms_per_layer`` (a link given for it is
+    checked and ignored: the head has no link to itself).
+    """
+    name = data.get("name")
+    value = data.get("speed")
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(
+            "host %s: speed must be the figures {ms_per_layer, rtt_ms, mbit_s}, got %r" % (name, value)
+        )
+    unknown = sorted(set(value) - {"ms_per_layer", "rtt_ms", "mbit_s"})
+    if unknown:
+        raise ValueError("host %s: speed has unknown keys %s" % (name, ", ".join(map(str, unknown))))
+    ms = _number(name, "ms_per_layer", value.get("ms_per_layer"), MAX_MS_PER_LAYER)
+    if role == "head":
+        for key, upper in (("rtt_ms", MAX_RTT_MS), ("mbit_s", MAX_MBIT_S)):
+            if value.get(key) is not None:
+                _number(name, key, value[key], upper)
+        return Figures(ms)
+    rtt = _number(name, "rtt_ms", value.get("rtt_ms"), MAX_RTT_MS)
+    mbit = _number(name, "mbit_s", value.get("mbit_s"), MAX_MBIT_S)
+    return Figures(ms, rtt, mbit)
+
+
+def figures_for(head: Dict[str, Any], workers: Sequence[Dict[str, Any]]) -> Dict[str, Figures]:
+    """Host name -> validated figures, for the hosts that carry figures."""
+    out: Dict[str, Figures] = {}
+    for data, role in [(head, "head"), *((w, "worker") for w in workers)]:
+        got = figures_of(data, role)
+        if got is not None:
+            out[str(data.get("name"))] = got
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """The predicted time per token of one placement, term by term (milliseconds)."""
+
+    hosts: List[Dict[str, Any]]  # name, layers, ms_per_layer, compute_ms
+    links: List[Dict[str, Any]]  # name, rtt_ms, mbit_s, latency_ms, activation_ms, logits_ms, total_ms
+    prompt_tokens: int
+
+    @property
+    def compute_ms(self) -> float:
+        return sum(h["compute_ms"] for h in self.hosts)
+
+    @property
+    def ms_per_token(self) -> float:
+        return self.compute_ms + sum(link["total_ms"] for link in self.links)
+
+    @property
+    def ttft_ms(self) -> float:
+        n = self.prompt_tokens
+        return n * self.compute_ms + sum(
+            link["latency_ms"] + n * link["activation_ms"] + link["logits_ms"] for link in self.links
+        )
+
+    def bottleneck(self) -> str:
+        terms = [("%s compute" % h["name"], h["compute_ms"]) for h in self.hosts]
+        terms += [("link head-%s" % link["name"], link["total_ms"]) for link in self.links]
+        name, value = max(terms, key=lambda t: t[1])
+        share = value / self.ms_per_token if self.ms_per_token > 0 else 0.0
+        return "%s: %.2f ms of %.2f ms per token (%.0f%%)" % (name, value, self.ms_per_token, 100 * share)
+
+    def to_plan(self) -> Dict[str, Any]:
+        ms = self.ms_per_token
+        return {
+            "tokens_per_second": round(1000.0 / ms, 2) if ms > 0 else None,
+            "ms_per_token": round(ms, 3),
+            "ttft_s": round(self.ttft_ms / 1000.0, 3),
+            "ttft_prompt_tokens": self.prompt_tokens,
+            "bottleneck": self.bottleneck(),
+            "hosts": [
+                {k: (round(v, 3) if isinstance(v, float) else v) for k, v in h.items()} for h in self.hosts
+            ],
+            "links": [
+                {k: (round(v, 3) if isinstance(v, float) else v) for k, v in link.items()}
+                for link in self.links
+            ],
+        }
+
+
+def link_terms(model: Model, name: str, fig: Figures, holds_output: bool) -> Dict[str, Any]:
+    """One worker's link per token: its round trip, the activation row in and out (the output
+    holder sends the logits back instead of a row)."""
+    row = fig.transfer_ms(model.n_embd * FLOAT_BYTES)
+    activation = row if holds_output else 2.0 * row
+    logits = fig.transfer_ms(model.n_vocab * FLOAT_BYTES) if holds_output else 0.0
+    latency = fig.rtt_ms or 0.0
+    return {
+        "name": name,
+        "rtt_ms": fig.rtt_ms,
+        "mbit_s": fig.mbit_s,
+        "latency_ms": latency,
+        "activation_ms": activation,
+        "logits_ms": logits,
+        "total_ms": latency + activation + logits,
+    }
+
+
+def estimate(
+    model: Model,
+    head: Host,
+    workers: Sequence[Host],
+    head_layers: int,
+    worker_layers: Sequence[int],
+    output_on_head: bool,
+    figures: Dict[str, Figures],
+    prompt_tokens: int = PROMPT_TOKENS,
+) -> Optional[Estimate]:
+    """The estimate of a placement given by its parts, or None when a used host has no figures."""
+    hosts: List[Dict[str, Any]] = []
+    links: List[Dict[str, Any]] = []
+    head_fig = figures.get(head.name)
+    if head_fig is None:
+        return None
+    hosts.append(
+        {
+            "name": head.name,
+            "layers": head_layers,
+            "ms_per_layer": head_fig.ms_per_layer,
+            "compute_ms": head_layers * head_fig.ms_per_layer,
+        }
+    )
+    for i, (w, count) in enumerate(zip(workers, worker_layers)):
+        fig = figures.get(w.name)
+        if fig is None:
+            return None
+        hosts.append(
+            {
+                "name": w.name,
+                "layers": count,
+                "ms_per_layer": fig.ms_per_layer,
+                "compute_ms": count * fig.ms_per_layer,
+            }
+        )
+        links.append(link_terms(model, w.name, fig, i == len(workers) - 1 and not output_on_head))
+    return Estimate(hosts, links, prompt_tokens)
+
+
+def estimate_placement(
+    p: Placement, model: Model, figures: Dict[str, Figures], prompt_tokens: int = PROMPT_TOKENS
+) -> Optional[Estimate]:
+    return estimate(
+        model, p.head, p.workers, p.head_layers, p.worker_layers, p.output_on_head, figures, prompt_tokens
+    )

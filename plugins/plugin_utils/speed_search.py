@@ -1,0 +1,452 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Place for speed: among the placements that fit memory, the fastest (docs/planner.md, "Speed").
+
+The memory model and its checks are placement.py's, unchanged: a candidate is kept only when
+``Placement.fits()`` holds for it, exactly as for the memory objective. The search:
+
+- worker sets: every subset of the candidates (at least ``min_workers``) up to
+  ``MAX_EXACT_WORKERS`` candidates; beyond, the prefixes of the candidates ranked by time per layer
+  (and, second, by room), a documented heuristic;
+- ``--rpc`` orders: every order of a set of up to ``MAX_PERMUTED`` workers; beyond, each worker of
+  the set as the last one (the output holder), the others fastest first;
+- the output layer on the head or on the last worker (``output_layer`` policy permitting);
+- for one order and output holder, the split with the least compute time that fits, by dynamic
+  programming over (worker, first layer): exact, as the time of a split is the sum of its hosts'
+  layers x ms_per_layer and each host's memory grows with its range of layers.
+
+Sets are tried by a lower bound (their link terms + every layer at the fastest host's cost) and
+the search stops once the bound reaches the best time found. The memory placement is always a
+candidate, so the speed objective never refuses what the memory objective places and is never
+predicted slower than it.
+"""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+import dataclasses
+import itertools
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ansible_collections.llmfleet.cluster.plugins.module_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import (
+    Estimate,
+    Figures,
+    estimate,
+    estimate_placement,
+    figures_for,
+    link_terms,
+)
+
+__metaclass__ = type
+
+MAX_EXACT_WORKERS = 8
+MAX_PERMUTED = 4
+MAX_LAST = 2
+INF = float("inf")
+
+
+@dataclasses.dataclass
+class Best:
+    ms: float = INF
+    placement: Optional[P.Placement] = None
+
+
+class Reach:
+    """What a worker of a given budget can hold, from the memory model, memoised per search (the
+    same budgets recur over sets, orders and fallbacks).
+
+    ``ends(budget, pp)[s]``: the furthest end e such that layers s..e-1 fit without the output (a
+    host's total only grows with its range, so one pass of two pointers finds every s);
+    ``last(budget, holds, pp)[s]``: whether layers s..n-1 (and the output when ``holds``) fit.
+    """
+
+    def __init__(self, costs: P._Costs):
+        self.costs = costs
+        self._ends: Dict[Tuple[float, bool], List[int]] = {}
+        self._last: Dict[Tuple[float, bool, bool], List[bool]] = {}
+
+    def ends(self, budget: float, pp: bool) -> List[int]:
+        key = (budget, pp)
+        if key not in self._ends:
+            n = self.costs.model.n_layer
+            out = [0] * (n + 1)
+            e = 0
+            for s in range(n + 1):
+                e = max(e, s)
+                while e < n and self.costs.worker_total(s, e + 1, False, pp) <= budget:
+                    e += 1
+                out[s] = e
+            self._ends[key] = out
+        return self._ends[key]
+
+    def last(self, budget: float, holds: bool, pp: bool) -> List[bool]:
+        key = (budget, holds, pp)
+        if key not in self._last:
+            n = self.costs.model.n_layer
+            self._last[key] = [
+                (s < n or holds) and self.costs.worker_total(s, n, holds, pp) <= budget for s in range(n + 1)
+            ]
+        return self._last[key]
+
+
+def _worker_table(
+    reach: Reach, workers: Sequence[P.Host], figures: Dict[str, Figures], output_on_head: bool, pp: bool
+) -> Tuple[List[List[float]], List[List[int]]]:
+    """g[i][s]: least compute ms for layers s..n-1 on workers i..k-1 in this order (INF: no fit);
+    take[i][s]: the layers worker i takes in that optimum. A worker in the chain holds at least
+    one layer, the last one may hold the output alone."""
+    n = reach.costs.model.n_layer
+    k = len(workers)
+    g = [[INF] * (n + 1) for _ in range(k + 1)]
+    take = [[0] * (n + 1) for _ in range(k + 1)]
+    g[k][n] = 0.0
+    for i in range(k - 1, -1, -1):
+        w = workers[i]
+        budget = w.budget_mib * P.MIB
+        ms = figures[w.name].ms_per_layer
+        row, row_take = g[i], take[i]
+        if i == k - 1:
+            fits = reach.last(budget, not output_on_head, pp)
+            for s in range(n + 1):
+                if fits[s]:
+                    row[s] = (n - s) * ms
+                    row_take[s] = n - s
+            continue
+        ends = reach.ends(budget, pp)
+        nxt = g[i + 1]
+        for s in range(n):
+            best, best_t = INF, 0
+            for e in range(s + 1, ends[s] + 1):
+                rest = nxt[e]
+                if rest < INF and (e - s) * ms + rest < best - 1e-12:
+                    best, best_t = (e - s) * ms + rest, e - s
+            row[s], row_take[s] = best, best_t
+    return g, take
+
+
+def _fastest_split(
+    reach: Reach,
+    head: P.Host,
+    workers: List[P.Host],
+    figures: Dict[str, Figures],
+    output_on_head: bool,
+) -> Optional[Tuple[float, int, List[int]]]:
+    """(compute ms, head layers, worker layers) of the fastest split that fits, for one --rpc
+    order and output holder, or None."""
+    model, opts = reach.costs.model, reach.costs.opts
+    n, k = model.n_layer, len(workers)
+    head_out = output_on_head or not workers
+    budget = head.budget_mib * P.MIB
+    head_ms = figures[head.name].ms_per_layer
+    tables = {}
+    best: Optional[Tuple[float, int, List[int]]] = None
+    for h in range(0, (n if opts.head_layers else 0) + 1):
+        pp = P.pipelined(k, h, head_out)
+        if P.predict_head(model, range(0, h), head_out, opts, pp).total > budget:
+            if h > 0:
+                break  # the head's total only grows with its layers
+            continue
+        if not workers:
+            if h == n:
+                best = (h * head_ms, h, [])
+            continue
+        if pp not in tables:
+            tables[pp] = _worker_table(reach, workers, figures, output_on_head, pp)
+        g, take = tables[pp]
+        if g[0][h] == INF:
+            continue
+        total = h * head_ms + g[0][h]
+        if best is None or total < best[0] - 1e-12:
+            counts, s = [], h
+            for i in range(k):
+                counts.append(take[i][s])
+                s += take[i][s]
+            best = (total, h, counts)
+    return best
+
+
+def _orders(
+    workers: Sequence[P.Host], figures: Dict[str, Figures], output_on_head: bool
+) -> List[List[P.Host]]:
+    """Every order of a small set; beyond, the others fastest first and as the last one: each worker
+    (up to MAX_EXACT_WORKERS), else the MAX_LAST with the most room and the cheapest links."""
+    ranked = sorted(workers, key=lambda w: (figures[w.name].ms_per_layer, w.name))
+    if len(ranked) <= MAX_PERMUTED:
+        return [list(p) for p in itertools.permutations(ranked)]
+    lasts = ranked
+    if len(ranked) > MAX_EXACT_WORKERS:
+        by_room = sorted(ranked, key=lambda w: (-w.budget_mib, w.name))
+        by_link = sorted(
+            ranked, key=lambda w: (figures[w.name].transfer_ms(1.0), figures[w.name].rtt_ms, w.name)
+        )
+        lasts = list(dict.fromkeys([*by_room[:MAX_LAST], *([] if output_on_head else by_link[:MAX_LAST])]))
+    return [[w for w in ranked if w is not last] + [last] for last in lasts]
+
+
+def _compute_bound(
+    costs: P._Costs,
+    head: P.Host,
+    workers: Sequence[P.Host],
+    figures: Dict[str, Figures],
+    head_room: float,
+    layer_min: float,
+) -> Optional[float]:
+    """A lower bound of the compute ms of any split over these hosts (None: no split fits): every
+    host holds at most room / (the cheapest layer's weights + KV) layers, the fastest fill first."""
+    n = costs.model.n_layer
+    fixed = costs.worker_compute[False] + P.WORKER_PROCESS_MIB * P.MIB
+    caps = []
+    if costs.opts.head_layers:
+        caps.append((figures[head.name].ms_per_layer, int(max(head_room, 0.0) // max(layer_min, 1.0))))
+    for w in workers:
+        room = max(w.budget_mib * P.MIB - fixed, 0.0)
+        caps.append((figures[w.name].ms_per_layer, int(room // max(layer_min, 1.0))))
+    left, total = n, 0.0
+    for ms, cap in sorted(caps):
+        take = min(cap, left)
+        total += take * ms
+        left -= take
+        if not left:
+            return total
+    return None
+
+
+def _links_bound(
+    model: P.Model, workers: Sequence[P.Host], figures: Dict[str, Figures], output_on_head: bool
+) -> float:
+    """The link terms of a set, the cheapest output holder assumed (order does not change the rest)."""
+    if not workers:
+        return 0.0
+    plain = [link_terms(model, w.name, figures[w.name], False)["total_ms"] for w in workers]
+    if output_on_head:
+        return sum(plain)
+    holding = [link_terms(model, w.name, figures[w.name], True)["total_ms"] for w in workers]
+    return sum(plain) + min(hd - pl for hd, pl in zip(holding, plain))
+
+
+def _output_choices(opts: P.Options) -> List[bool]:
+    if opts.output_layer == "head":
+        return [True]
+    if opts.output_layer == "worker":
+        return [False]
+    return [True, False]
+
+
+def _candidate_sets(workers: List[P.Host], figures: Dict[str, Figures], lo: int) -> List[Tuple[P.Host, ...]]:
+    if len(workers) <= MAX_EXACT_WORKERS:
+        return [c for size in range(lo, len(workers) + 1) for c in itertools.combinations(workers, size)]
+    by_speed = sorted(workers, key=lambda w: (figures[w.name].ms_per_layer, -w.budget_mib, w.name))
+    by_room = sorted(workers, key=lambda w: (-w.budget_mib, figures[w.name].ms_per_layer, w.name))
+    out: List[Tuple[P.Host, ...]] = []
+    seen = set()
+    for size in range(lo, len(workers) + 1):
+        for ranked in (by_speed, by_room):
+            combo = tuple(ranked[:size])
+            key = frozenset(w.name for w in combo)
+            if key not in seen:
+                seen.add(key)
+                out.append(combo)
+    return out
+
+
+def fastest(
+    model: P.Model,
+    head: P.Host,
+    workers: List[P.Host],
+    opts: P.Options,
+    figures: Dict[str, Figures],
+    reach: Optional[Reach] = None,
+) -> Optional[P.Placement]:
+    """The fastest placement that fits memory (None when none fits). ``reach`` may carry the
+    memo of an earlier search with the same model and options (the fallbacks)."""
+    if (
+        reach is None
+        or reach.costs.model is not model
+        or dataclasses.replace(reach.costs.opts, min_workers=opts.min_workers) != opts
+    ):
+        reach = Reach(P._Costs(model, opts))
+    costs = reach.costs
+    lo = min(max(opts.min_workers, 0), len(workers))
+    n = model.n_layer
+    head_room = head.budget_mib * P.MIB - P.predict_head(model, range(0), False, opts).total
+    layer_min = min(costs.w[i + 1] - costs.w[i] + costs.kv[i + 1] - costs.kv[i] for i in range(n))
+    candidates = []
+    for combo in _candidate_sets(workers, figures, lo):
+        if not P.may_fit(costs, head, combo):
+            continue  # this set cannot hold the layers, whatever the split
+        compute = _compute_bound(costs, head, combo, figures, head_room, layer_min)
+        if compute is None:
+            continue
+        for out in _output_choices(opts) if combo else [True]:
+            bound = _links_bound(model, combo, figures, out) + compute
+            candidates.append((bound, len(combo), [w.name for w in combo], combo, out))
+    candidates.sort(key=lambda c: (c[0], c[1], c[2], c[4]))
+    best = Best()
+    for bound, _size, _names, combo, out in candidates:
+        if bound >= best.ms - 1e-9:
+            break
+        for order in _orders(combo, figures, out) if combo else [[]]:
+            got = _fastest_split(reach, head, order, figures, out)
+            if got is None:
+                continue
+            _compute_ms, h, counts = got
+            head_out = out or not order
+            est = estimate(model, head, order, h, counts, head_out, figures)
+            ms = est.ms_per_token if est is not None else INF
+            if ms < best.ms - 1e-9:
+                preds = P._predict_all(model, head, order, h, counts, head_out, opts)
+                placement = P.Placement(head, list(order), h, counts, head_out, preds)
+                if placement.fits():
+                    best = Best(ms, placement)
+    return best.placement
+
+
+def _left_out_reason(w: P.Host, p: P.Placement, figures: Dict[str, Figures], model: P.Model) -> str:
+    used = [(h, n) for h, n in zip(p.hosts(), [p.head_layers, *p.worker_layers]) if n > 0]
+    ref = min(used, key=lambda hn: figures[hn[0].name].ms_per_layer)[0] if used else p.head
+    mine, theirs = figures[w.name].ms_per_layer, figures[ref.name].ms_per_layer
+    if mine > theirs * 1.05:
+        return "%.1fx slower per layer than %s (%g vs %g ms); the model fits without it" % (
+            mine / theirs,
+            ref.name,
+            mine,
+            theirs,
+        )
+    link = link_terms(model, w.name, figures[w.name], False)
+    return (
+        "its link would add %.2f ms per token (rtt %g ms, %g Mbit/s), more than its layers save;"
+        " the model fits without it" % (link["total_ms"], figures[w.name].rtt_ms, figures[w.name].mbit_s)
+    )
+
+
+def speed_placer(figures: Dict[str, Figures]) -> P.Placer:
+    """A placement strategy for placement.plan_llama_cpp: the fastest, else the memory placement."""
+
+    memo: Dict[str, Reach] = {}
+
+    def placer(
+        model: P.Model, head: P.Host, workers: List[P.Host], opts: P.Options
+    ) -> Tuple[P.Placement, List[str], Dict[str, str]]:
+        # the fallbacks differ from the plan in min_workers only: one memo of what fits
+        key = repr(dataclasses.replace(opts, min_workers=0))
+        if key not in memo or memo[key].costs.model is not model:
+            memo[key] = Reach(P._Costs(model, dataclasses.replace(opts, min_workers=0)))
+        try:
+            memory, memory_reasons = P.place(model, head, workers, opts)
+        except P.PlacementError:
+            memory, memory_reasons = None, []
+        found = fastest(model, head, workers, opts, figures, memo[key])
+        mem_est = estimate_placement(memory, model, figures) if memory is not None else None
+        est = estimate_placement(found, model, figures) if found is not None else None
+        if (
+            found is None
+            or est is None
+            or (mem_est is not None and mem_est.ms_per_token <= est.ms_per_token + 1e-9)
+        ):
+            if memory is None:
+                raise _refusal(model, head, workers, opts)
+            line = "objective speed: the memory placement is the fastest that fits"
+            if mem_est is not None:
+                line += " (predicted %.2f tokens/s)" % (1000.0 / mem_est.ms_per_token)
+            return memory, [line, *memory_reasons], {}
+        reasons = _explain(found, est, mem_est, figures, model)
+        used = {w.name for w in found.workers}
+        left = {w.name: _left_out_reason(w, found, figures, model) for w in workers if w.name not in used}
+        return found, reasons, left
+
+    return placer
+
+
+def _refusal(model: P.Model, head: P.Host, workers: List[P.Host], opts: P.Options) -> P.PlacementError:
+    try:
+        P.place(model, head, workers, opts)
+    except P.PlacementError as err:
+        return err
+    return P.PlacementError("the model does not fit on this fleet")
+
+
+def _explain(
+    p: P.Placement, est: Estimate, mem_est: Optional[Estimate], figures: Dict[str, Figures], model: P.Model
+) -> List[str]:
+    out = [
+        "objective speed: predicted %.2f tokens/s (%.2f ms per token)%s"
+        % (
+            1000.0 / est.ms_per_token,
+            est.ms_per_token,
+            "; the memory placement: %.2f tokens/s" % (1000.0 / mem_est.ms_per_token) if mem_est else "",
+        )
+    ]
+    if not p.workers:
+        out.append("the head %s holds the whole model: every worker would make a token slower" % p.head.name)
+    elif p.output_on_head:
+        last = p.workers[-1]
+        logits = link_terms(model, last.name, figures[last.name], True)["logits_ms"]
+        out.append(
+            "output layer kept on the head %s with a tensor override: the logits would cost %.2f ms per token"
+            " over %s's link" % (p.head.name, logits, last.name)
+        )
+    else:
+        logits = est.links[-1]["logits_ms"]
+        out.append(
+            "output layer on %s (the last in --rpc order): the logits cost %.2f ms per token over its link;"
+            " the fastest choice that fits" % (p.workers[-1].name, logits)
+        )
+    if p.head_layers:
+        out.append("the head %s holds layers 0-%d on its own CPU" % (p.head.name, p.head_layers - 1))
+    if p.workers:
+        out.append(
+            "workers in --rpc order: %s (layers %s: the fastest split that fits)"
+            % (", ".join(w.name for w in p.workers), ",".join(map(str, p.worker_layers)))
+        )
+    out.append("bottleneck: %s" % est.bottleneck())
+    return out
+
+
+def resolve_objective(objective: str, names: Sequence[str], figures: Dict[str, Figures]) -> str:
+    """auto -> speed when every candidate host has figures, else memory; speed without them: error."""
+    missing = [n for n in names if n not in figures]
+    if objective == "memory":
+        return "memory"
+    if objective == "speed":
+        if missing:
+            raise ValueError(
+                "objective speed: host(s) %s have no speed figures {ms_per_layer, rtt_ms, mbit_s}"
+                " (measure them, or use the objective auto or memory)" % ", ".join(missing)
+            )
+        return "speed"
+    if objective == "auto":
+        return "memory" if missing else "speed"
+    raise ValueError("objective must be auto, speed or memory, got %r" % (objective,))
+
+
+def make_plan(
+    layout: Dict[str, Any],
+    model: Dict[str, Any],
+    head: Dict[str, Any],
+    workers: Sequence[Dict[str, Any]],
+    options: Optional[Dict[str, Any]] = None,
+    reserve_mib: float = P.DEFAULT_RESERVE_MIB,
+    backend: str = "llama_cpp",
+    target: str = "systemd",
+) -> Dict[str, Any]:
+    """placement.make_plan under ``options['objective']`` (auto, speed, memory; default auto).
+
+    The plan gains ``objective`` (the one used) and ``speed`` (the prediction of the chosen
+    placement: tokens_per_second, ms_per_token, ttft_s, bottleneck, per-host and per-link terms;
+    null when a host it uses has no figures).
+    """
+    options = dict(options or {})
+    objective = str(options.get("objective") or "auto")
+    figures = figures_for(head, workers)
+    names = [str(head.get("name"))] + [str(w.get("name")) for w in workers]
+    used_objective = resolve_objective(objective, names, figures)
+
+    def annotate(p: P.Placement, m: P.Model, _opts: P.Options) -> Dict[str, Any]:
+        est = estimate_placement(p, m, figures)
+        return {"objective": used_objective, "speed": est.to_plan() if est is not None else None}
+
+    placer = speed_placer(figures) if used_objective == "speed" else None
+    return P.make_plan(
+        layout, model, head, workers, options, reserve_mib, backend, target, placer=placer, annotate=annotate
+    )

@@ -1,0 +1,88 @@
+"""The time-per-token model (plugins/plugin_utils/speed.py) on small cases computed by hand."""
+
+import math
+
+import pytest
+from ansible_collections.llmfleet.cluster.plugins.module_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed as S
+
+from tests.unit.plugins.module_utils.test_placement import layout
+
+# n_embd 256 -> an activation row is 1024 bytes; n_vocab 1000 -> logits 4000 bytes.
+# At 8 Mbit/s one byte takes 1 microsecond: a row 1.024 ms, the logits 4.0 ms.
+MODEL = P.Model.from_layout(layout(n_layer=8))
+HEAD = P.Host("head", "head", 1000)
+W1 = P.Host("w1", "worker", 1000, address="10.0.0.3")
+W2 = P.Host("w2", "worker", 1000, address="10.0.0.4")
+FIGS = {
+    "head": S.Figures(2.0),
+    "w1": S.Figures(1.0, rtt_ms=5.0, mbit_s=8.0),
+    "w2": S.Figures(3.0, rtt_ms=1.0, mbit_s=80.0),
+}
+
+
+def test_one_worker_holding_the_output():
+    est = S.estimate(MODEL, HEAD, [W1], 2, [6], False, FIGS, prompt_tokens=10)
+    # compute 2 x 2 + 6 x 1 = 10; link: rtt 5 + one row in 1.024 + the logits back 4.0
+    assert est.compute_ms == pytest.approx(10.0)
+    assert est.links[0]["activation_ms"] == pytest.approx(1.024)
+    assert est.links[0]["logits_ms"] == pytest.approx(4.0)
+    assert est.ms_per_token == pytest.approx(20.024)
+    plan = est.to_plan()
+    assert plan["tokens_per_second"] == pytest.approx(1000 / 20.024, abs=0.01)
+    # 10 prompt tokens: 10 x 10 compute + rtt 5 + 10 rows in 10.24 + the last token's logits 4.0
+    assert plan["ttft_s"] == pytest.approx(0.11924, abs=1e-3)
+    assert plan["bottleneck"].startswith("link head-w1: 10.02 ms")
+
+
+def test_output_on_the_head_costs_two_rows_and_no_logits():
+    est = S.estimate(MODEL, HEAD, [W1], 2, [6], True, FIGS)
+    # rows in and out 2 x 1.024, no logits
+    assert est.ms_per_token == pytest.approx(10.0 + 5.0 + 2.048)
+    assert est.links[0]["logits_ms"] == 0.0
+
+
+def test_two_workers_each_hop_and_the_head_alone():
+    est = S.estimate(MODEL, HEAD, [W1, W2], 0, [5, 3], False, FIGS)
+    # compute 5 + 9 = 14; w1: 5 + 2.048; w2 (output, 80 Mbit/s: 0.1 us per byte): 1 + 0.1024 + 0.4
+    assert est.ms_per_token == pytest.approx(14 + 7.048 + 1.5024)
+    alone = S.estimate(MODEL, HEAD, [], 8, [], True, FIGS)
+    assert alone.ms_per_token == pytest.approx(16.0) and alone.links == []
+    assert alone.to_plan()["bottleneck"] == "head compute: 16.00 ms of 16.00 ms per token (100%)"
+
+
+def test_a_host_without_figures_gives_no_estimate():
+    assert S.estimate(MODEL, HEAD, [W1], 2, [6], False, {"head": FIGS["head"]}) is None
+
+
+@pytest.mark.parametrize(
+    ("speed", "needle"),
+    [
+        ({"ms_per_layer": float("nan"), "rtt_ms": 1, "mbit_s": 100}, "speed.ms_per_layer"),
+        ({"ms_per_layer": 0, "rtt_ms": 1, "mbit_s": 100}, "got 0"),
+        ({"ms_per_layer": -1.5, "rtt_ms": 1, "mbit_s": 100}, "got -1.5"),
+        ({"ms_per_layer": 1, "rtt_ms": 1, "mbit_s": 0}, "speed.mbit_s"),
+        ({"ms_per_layer": 1, "rtt_ms": math.inf, "mbit_s": 100}, "speed.rtt_ms"),
+        ({"ms_per_layer": 1, "rtt_ms": 1, "mbit_s": 1e12}, "speed.mbit_s"),
+        ({"ms_per_layer": 1e9, "rtt_ms": 1, "mbit_s": 100}, "<= 60000"),
+        ({"ms_per_layer": True, "rtt_ms": 1, "mbit_s": 100}, "got True"),
+        ({"ms_per_layer": "3", "rtt_ms": 1, "mbit_s": 100}, "got '3'"),
+        ({"ms_per_layer": 1, "mbit_s": 100}, "speed.rtt_ms"),
+        ({"ms_per_layer": 1, "rtt_ms": 1, "mbit_s": 100, "gbit": 1}, "unknown keys gbit"),
+        ("fast", "speed must be"),
+    ],
+)
+def test_odd_figures_are_refused_naming_the_host(speed, needle):
+    with pytest.raises(ValueError, match="host nas") as err:
+        S.figures_of({"name": "nas", "speed": speed}, "worker")
+    assert needle in str(err.value)
+
+
+def test_the_head_needs_only_its_compute_and_numbers_are_no_figures():
+    assert S.figures_of({"name": "h", "speed": {"ms_per_layer": 2}}, "head") == S.Figures(2.0)
+    with pytest.raises(ValueError, match=r"host h: speed\.ms_per_layer"):
+        S.figures_of({"name": "h", "speed": {"rtt_ms": 1}}, "head")
+    assert S.figures_of({"name": "w", "speed": 4}, "worker") is None
+    assert S.figures_of({"name": "w"}, "worker") is None
+    got = S.figures_for({"name": "h", "speed": {"ms_per_layer": 2}}, [{"name": "w"}])
+    assert set(got) == {"h"}
