@@ -18,6 +18,10 @@ Then the capacity demo: Gemma 3 270M on three capped workers, llama.cpp's defaul
 follows each worker's total RAM and puts the output layer on the last one) against the plan's.
 
     python bench/planner_accuracy.py [--models DIR] [--bin DIR] [--only NAME] [--json OUT]
+        [--objective memory|speed] [--no-capacity]
+
+``--objective speed`` plans every case with the speed objective (uneven what-if figures per worker):
+the memory goal must hold for those placements too.
 """
 
 from __future__ import annotations
@@ -39,10 +43,8 @@ sys.path.insert(0, os.path.join(os.environ.get("CACHE", os.path.join(ROOT, ".cac
 import contextlib
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
-from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import (
-    PlacementError,
-    make_plan,
-)
+from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import PlacementError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed_search import make_plan
 
 MIB = 1024 * 1024
 BUF_RE = re.compile(r"(RPC\d+)\[([^\]]+)\]\s+(model|KV|compute) buffer size =\s+([\d.]+) MiB")
@@ -274,8 +276,18 @@ def run_fleet(
     }
 
 
+# --objective speed: what-if figures, uneven so that the speed search moves layers (loopback links)
+OBJECTIVE = "memory"
+
+
+def _figures(i: int) -> dict:
+    return {"ms_per_layer": 1.0 + 0.75 * i, "rtt_ms": 0.1, "mbit_s": 10000.0}
+
+
 def local_plan(layout: dict, model_file: str, usable: list[int], options: dict) -> dict:
     head = {"name": "head", "usable_mib": 4096, "cpus": 2, "address": "127.0.0.1"}
+    if OBJECTIVE == "speed":
+        head["speed"] = {"ms_per_layer": 1.0}
     workers = [
         {
             "name": f"w{i}",
@@ -284,10 +296,11 @@ def local_plan(layout: dict, model_file: str, usable: list[int], options: dict) 
             "address": "127.0.0.1",
             "port": BASE_PORT + i,
             "reserve_mib": 0,
+            **({"speed": _figures(i)} if OBJECTIVE == "speed" else {}),
         }
         for i, cap in enumerate(usable)
     ]
-    opts = {"head_layers": False, **options}
+    opts = {"head_layers": False, "objective": OBJECTIVE, **options}
     return make_plan(layout, {"name": model_file, "file": model_file}, head, workers, opts, reserve_mib=0)
 
 
@@ -429,7 +442,13 @@ def main() -> int:
     parser.add_argument("--only", default="")
     parser.add_argument("--no-capacity", action="store_true")
     parser.add_argument("--json", default="")
+    parser.add_argument(
+        "--objective", choices=["memory", "speed"], default="memory", help="speed: uneven what-if figures"
+    )
     args = parser.parse_args()
+    global OBJECTIVE
+    OBJECTIVE = args.objective
+    print(f"objective {OBJECTIVE}")
     cg = Cgroups()
     print("cgroup v1 memory groups: %s" % (cg.base or "unavailable (peaks from VmHWM)"))
     started = time.monotonic()

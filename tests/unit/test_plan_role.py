@@ -48,3 +48,17 @@ def test_plan_refuses_before_any_change_with_missing_mib(tmp_path):
     assert "the model does not fit on this fleet" in result.stdout
     assert "missing: head1" in result.stdout and "MiB" in result.stdout
     assert not (tmp_path / "plan.json").exists()
+
+
+def test_plan_objective_reaches_the_planner_and_the_plan(tmp_path):
+    result = play(tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    # no host of the what-if inventory carries speed figures: auto plans for memory, no prediction
+    assert plan["objective"] == "memory" and plan["speed"] is None
+    assert plan["planned_with"]["options"]["objective"] == "auto"
+    md = (tmp_path / "plan.md").read_text()
+    assert "Objective: memory." in md and "no speed figures" in md
+    forced = play(tmp_path / "forced", "-e", "llmfleet_plan_objective=speed")
+    assert forced.returncode != 0
+    assert "objective speed: host(s) head1" in forced.stdout and "have no speed figures" in forced.stdout
