@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The chat page's resources under idle sockets and large bodies, before and after #14.
 
 Runs each version of roles/chat_ui/files/llmfleet_chat.py as its own process on loopback in
@@ -55,7 +55,7 @@ def free_port() -> int:
 def proc_status(pid: int) -> dict[str, int]:
     out = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
+        name, _sep, value = line.partition(":")
         if name in ("Threads", "VmRSS", "VmHWM"):
             out[name] = int(value.split()[0])
     return out
@@ -96,7 +96,7 @@ def body_request(port: int, mib: int, results: list) -> None:
                 b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b"Content-Length: %d\r\n\r\n" % size
             )
-            for _ in range(mib):
+            for _unused in range(mib):
                 sock.sendall(chunk)
             sock.settimeout(60)
             results.append(sock.recv(64).split(b"\r\n", 1)[0].decode(errors="replace"))
@@ -123,7 +123,7 @@ def run(label: str, app: Path, nofile: int, args: argparse.Namespace, upstream: 
     try:
         wait_healthy(port)
         idle: list[socket.socket] = []
-        for _ in range(args.idle):
+        for _unused in range(args.idle):
             try:
                 sock = socket.create_connection(("127.0.0.1", port), timeout=2)
             except OSError:
@@ -132,7 +132,7 @@ def run(label: str, app: Path, nofile: int, args: argparse.Namespace, upstream: 
         time.sleep(2.0)  # let the app accept what it can
         held = proc_status(proc.pid)
         started = time.monotonic()
-        answered = sum(legit_request(port, 10.0) for _ in range(args.users))
+        answered = sum(legit_request(port, 10.0) for _unused in range(args.users))
         result.update(
             idle_connected=len(idle),
             users_answered=f"{answered}/{args.users}",
@@ -147,7 +147,7 @@ def run(label: str, app: Path, nofile: int, args: argparse.Namespace, upstream: 
         results: list[str] = []
         threads = [
             threading.Thread(target=body_request, args=(port, args.body_mib, results))
-            for _ in range(args.bodies)
+            for _unused in range(args.bodies)
         ]
         for thread in threads:
             thread.start()

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright: llmfleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Plan time and plan size for what-if fleets of 8, 16, 32, 64 and 128 hosts (no host contacted).
@@ -24,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.environ.get("CACHE", os.path.join(ROOT, ".cache")), "collections"))
 
-from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import PlacementError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import PlacementError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed_search import make_plan
 
 MIB = 1024 * 1024

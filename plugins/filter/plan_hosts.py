@@ -53,7 +53,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import host_from_fact
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import host_from_fact
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import PlanInputError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import port as check_port
 

@@ -18,7 +18,7 @@ description:
     size; backend, target, placement options, reserves; the same head and candidate workers with
     the same addresses, ports, cpus and speeds, as recorded in its C(planned_with)) and every host
     it uses still has room for its predicted total (usable now - reserve - predicted total >= 0).
-  - The logic is C(keep_previous) in plugins/module_utils/placement.py. See docs/planner.md.
+  - The logic is C(keep_previous) in plugins/plugin_utils/placement.py. See docs/planner.md.
 options:
   _input:
     description: The previous plan (C(plan.json) parsed), or an empty dict / null when there is none.
@@ -77,7 +77,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import keep_previous
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import keep_previous
 
 
 def plan_keep(

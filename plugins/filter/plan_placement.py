@@ -11,7 +11,7 @@ short_description: The llmfleet plan for a model layout and a fleet
 version_added: 0.1.0
 description:
   - Computes the placement of a GGUF model over the head and the candidate RPC workers with
-    the collection's placement math (plugins/module_utils/placement.py). It picks the fewest hosts that
+    the collection's placement math (plugins/plugin_utils/placement.py). It picks the fewest hosts that
     fit, the head's RAM first, the output layer where there is room, the exact C(--rpc),
     C(--tensor-split) and C(-ngl) arguments, the predicted MiB per host, a fallback for every
     single lost worker and the vLLM pipeline partition.
@@ -85,7 +85,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import (
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import (
     PlacementError,
     render_table,
 )

@@ -41,7 +41,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import assign_slots
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import assign_slots
 
 
 def split_layers(value, n_layer, ngl=None):

@@ -39,7 +39,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import (
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import (
     tensor_split_for,
     verify_split,
 )

@@ -540,12 +540,12 @@ class _Parser:
                 # every string is at least its 8-byte length
                 self._room(8 * length, "%s (an array of %d strings)" % (what, length))
                 if length > _KEEP_ARRAY:
-                    for _ in range(length):
+                    for _unused in range(length):
                         n = self.u64(what)
                         self._room(n, "%s (a string of %d bytes)" % (what, n))
                         self.skip(n, what)
                     return ArrayInfo(item_type, length)
-                return [self.string(what) for _ in range(length)]
+                return [self.string(what) for _unused in range(length)]
             if item_type == _ARRAY and length == 0:
                 return []
             raise GgufError("%s: %s: unsupported array item type %d" % (self.buf.source, what, item_type))
@@ -597,7 +597,7 @@ def _parse(buf: _Buffer) -> Tuple[Dict[str, Any], List[TensorInfo], int]:
         n_dims = p.u32(what)
         if n_dims > 8:
             raise GgufError("%s: %s has %d dimensions (corrupt?)" % (buf.source, what, n_dims))
-        dims = tuple(p.u64(what) for _ in range(n_dims))
+        dims = tuple(p.u64(what) for _unused in range(n_dims))
         ggml_type = p.u32(what)
         offset = p.u64(what)
         if offset > MAX_FILE_BYTES:

@@ -81,7 +81,7 @@ def _handle(conn, token, deadline, max_bytes, clock):
         return True
     if op == "ping" and 1 <= value <= MAX_PINGS:
         conn.sendall(b"OK\n")
-        for _ in range(value):
+        for _unused in range(value):
             byte = conn.recv(1)
             if not byte:
                 break
@@ -121,10 +121,10 @@ def serve(sock, token, deadline_s, max_bytes=DEFAULT_MAX_BYTES, clock=time.monot
             remaining = deadline - clock()
             if remaining <= 0:
                 return
-            ready, _, _ = select.select([sock], [], [], min(remaining, 1.0))
+            ready, _unused_w, _unused_x = select.select([sock], [], [], min(remaining, 1.0))
             if not ready:
                 continue
-            conn, _ = sock.accept()
+            conn, _unused = sock.accept()
             try:
                 if _handle(conn, token, deadline, max_bytes, clock):
                     return
@@ -198,7 +198,7 @@ def _ping(address, port, token, pings, timeout, clock):
     conn = _request(address, port, token, "ping", pings, timeout)
     times = []
     try:
-        for _ in range(pings):
+        for _unused in range(pings):
             start = clock()
             conn.sendall(b"p")
             if conn.recv(1) != b"p":

@@ -104,7 +104,7 @@ class Http:
         """One answer (redirects followed when ``follow``); the body is kept unless ``sink`` takes it."""
         start = time.monotonic()
         current = url
-        for _ in range(MAX_REDIRECTS + 1):
+        for _unused in range(MAX_REDIRECTS + 1):
             if urlsplit(current).scheme not in ("http", "https"):
                 raise LockError(f"{source} ({url}): redirected to a non-HTTP URL {current!r}")
             req = Request(current, method=method, headers=self._headers(current, headers))
@@ -437,7 +437,7 @@ def lock_hf_model(
     url = f"{base}/{repo}/resolve/{quote(revision, safe='')}/{quote(hf_file)}"
     current = url
     answer = None
-    for _ in range(MAX_REDIRECTS + 1):
+    for _unused in range(MAX_REDIRECTS + 1):
         answer = http.request(current, source, 1 << 16, method="HEAD", follow=False)
         if answer.status >= 400:
             raise _http_error(source, answer)

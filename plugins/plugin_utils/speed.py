@@ -35,7 +35,7 @@ import dataclasses
 import math
 from typing import Any, Dict, List, Optional, Sequence
 
-from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import Host, Model, Placement
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import Host, Model, Placement
 
 __metaclass__ = type
 

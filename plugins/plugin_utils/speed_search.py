@@ -28,7 +28,7 @@ import dataclasses
 import itertools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ansible_collections.llmfleet.cluster.plugins.module_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import (
     Estimate,
     Figures,
@@ -98,8 +98,8 @@ def _worker_table(
     one layer, the last one may hold the output alone."""
     n = reach.costs.model.n_layer
     k = len(workers)
-    g = [[INF] * (n + 1) for _ in range(k + 1)]
-    take = [[0] * (n + 1) for _ in range(k + 1)]
+    g = [[INF] * (n + 1) for _unused in range(k + 1)]
+    take = [[0] * (n + 1) for _unused in range(k + 1)]
     g[k][n] = 0.0
     for i in range(k - 1, -1, -1):
         w = workers[i]

@@ -67,7 +67,7 @@ class FakeRpcServer:
     def _accept(self, sock: socket.socket) -> None:
         while True:
             try:
-                conn, _ = sock.accept()
+                conn, _unused = sock.accept()
             except OSError:
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()

@@ -84,7 +84,7 @@ def test_the_demo_serves_the_pinned_instruct_model() -> None:
 @pytest.mark.parametrize("idle_mib", [10, 40, 90])
 def test_the_demo_plan_uses_the_head_and_every_worker(idle_mib: int) -> None:
     from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
-    from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import make_plan
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import make_plan
 
     layout = read_layout(str(SMOLLM2)).to_dict()
     (head_name, head_mib, head_cpus), workers = demo_hosts()
@@ -105,7 +105,7 @@ def test_the_demo_plan_uses_the_head_and_every_worker(idle_mib: int) -> None:
     model = {"name": "smollm2", "file": SMOLLM2_FILE, "sha256": PUBLISHED_SHA256}
     plan = make_plan(layout, model, head, ws, options, reserve, "llama_cpp", "systemd")
 
-    names = [n for n, _, _ in workers]
+    names = [n for n, _memory, _cpus in workers]
     assert sorted(plan["workers"]) == sorted(names), plan["workers"]
     layers = {h["name"]: h["layers"] for h in plan["hosts"]}
     assert set(layers) == {head_name, *names}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.llmfleet.cluster.plugins.module_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def fleet():
 
 
 def test_the_hosts_differ_as_the_issue_asks() -> None:
-    _, head, workers, _ = fleet()
+    _name, head, workers, _vars = fleet()
     assert len(workers) == 3
     by_memory = sorted(workers, key=lambda n: mib(workers[n]["memory"]))
     nas = by_memory[-1]
@@ -57,7 +57,7 @@ def test_the_hosts_differ_as_the_issue_asks() -> None:
 
 
 def planner_hosts():
-    head_name, head, workers, _ = fleet()
+    head_name, head, workers, _vars = fleet()
 
     def host(name, pod, i):
         return {
@@ -74,7 +74,7 @@ def planner_hosts():
 @pytest.mark.skipif(not os.path.exists(GEMMA), reason="make test-artifacts writes the Gemma model")
 def test_the_model_needs_two_workers_and_the_default_split_fits() -> None:
     layout = read_layout(GEMMA).to_dict()
-    _, _, _, fleet_vars = fleet()
+    _name, _head, _workers, fleet_vars = fleet()
     head, workers, pods = planner_hosts()
     model = {"name": "gemma-3-270m", "file": GEMMA, "sha256": fleet_vars["llmfleet_model"]["sha256"]}
     options = {"context": fleet_vars["llmfleet_context"], "min_workers": fleet_vars["llmfleet_min_workers"]}

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """llmfleet chat: a small chat page in front of an OpenAI-compatible server.
 
 One file, Python 3.9+ standard library only. It serves a chat page under its own
@@ -163,7 +163,7 @@ def check_basic_auth(header: Optional[str], username: str, password: str) -> boo
     """
     if not header:
         return False
-    scheme, _, value = header.strip().partition(" ")
+    scheme, _unused, value = header.strip().partition(" ")
     if scheme.lower() != "basic":
         return False
     try:
@@ -476,7 +476,7 @@ class ChatServer(http.server.HTTPServer):
                 if waiting:
                     first = next(iter(waiting.values()))[1]
                     timeout = min(1.0, max(0.01, first + self.config.idle_timeout - time.monotonic()))
-                for key, _ in selector.select(timeout):
+                for key, _unused in selector.select(timeout):
                     if key.data is None:
                         try:
                             while self._wake_r.recv(4096):
@@ -528,7 +528,7 @@ class ChatServer(http.server.HTTPServer):
     def server_close(self) -> None:
         self._closing.set()
         self._wake()
-        for _ in range(self.config.max_connections):
+        for _unused in range(self.config.max_connections):
             self._ready.put(None)
         super().server_close()
         for thread in self._threads:

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """llmfleet supervisor: run llama-server on the head for the workers that answer.
 
 One stdlib-only file, shipped by the systemd target of ``llmfleet.cluster.llama_rpc`` and
@@ -299,7 +299,7 @@ def pod_endpoints(pod_list: dict, planned: dict[str, str]) -> dict[str, str]:
         created = str(meta.get("creationTimestamp") or "")
         if node not in found or created > found[node][0]:
             found[node] = (created, f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}")
-    return {node: endpoint for node, (_, endpoint) in found.items()}
+    return {node: endpoint for node, (_unused, endpoint) in found.items()}
 
 
 class KubernetesDiscovery(Discovery):

@@ -141,7 +141,7 @@ def test_everything_but_healthz_needs_the_password(app: App, path: str) -> None:
 
 
 def test_chat_api_needs_the_password(app: App, upstream: FakeUpstream) -> None:
-    status, _, _ = app.request("POST", "/chat/api/chat", chat_body(), auth=None)
+    status, _unused, _unused2 = app.request("POST", "/chat/api/chat", chat_body(), auth=None)
     assert status == 401
     assert upstream.requests == [], "an unauthenticated request reached the upstream"
 
@@ -161,7 +161,7 @@ def test_chat_api_needs_the_password(app: App, upstream: FakeUpstream) -> None:
     ],
 )
 def test_wrong_credentials_get_401(app: App, header: str) -> None:
-    status, _, _ = app.request("GET", "/chat/", auth=None, headers={"Authorization": header})
+    status, _unused, _unused2 = app.request("GET", "/chat/", auth=None, headers={"Authorization": header})
     assert status == 401
 
 
@@ -174,7 +174,7 @@ def test_the_password_gives_the_page(app: App) -> None:
 
 
 def test_the_scheme_name_is_case_insensitive(app: App) -> None:
-    status, _, _ = app.request(
+    status, _unused, _unused2 = app.request(
         "GET", "/chat/", auth=None, headers={"Authorization": "basic " + basic(USER, PASSWORD)[6:]}
     )
     assert status == 200
@@ -182,7 +182,7 @@ def test_the_scheme_name_is_case_insensitive(app: App) -> None:
 
 @pytest.mark.parametrize("path", ["/healthz", "/chat/healthz"])
 def test_healthz_is_open(app: App, path: str) -> None:
-    status, _, body = app.request("GET", path, auth=None)
+    status, _unused, body = app.request("GET", path, auth=None)
     assert (status, body) == (200, b"ok\n")
 
 
@@ -219,8 +219,8 @@ def test_the_password_is_not_compared_with_eq() -> None:
 
 
 def test_page_uses_only_relative_urls(app: App) -> None:
-    _, _, html = app.request("GET", "/chat/")
-    _, _, js = app.request("GET", "/chat/app.js")
+    _unused, _unused2, html = app.request("GET", "/chat/")
+    _unused, _unused2, js = app.request("GET", "/chat/app.js")
     refs = re.findall(rb'(?:src|href)="([^"]*)"', html)
     assert set(refs) == {b"data:,", b"style.css", b"app.js"}
     fetched = re.findall(rb'fetch\("([^"]*)"', js)
@@ -229,7 +229,7 @@ def test_page_uses_only_relative_urls(app: App) -> None:
 
 
 def test_prefix_without_slash_redirects(app: App) -> None:
-    status, headers, _ = app.request("GET", "/chat")
+    status, headers, _unused = app.request("GET", "/chat")
     assert status == 308
     assert headers["Location"] == "/chat/"
 
@@ -266,7 +266,7 @@ def test_dark_theme_comes_after_the_base_rules() -> None:
 
 
 def test_config_names_the_upstream_model(app: App) -> None:
-    status, _, body = app.request("GET", "/chat/api/config")
+    status, _unused, body = app.request("GET", "/chat/api/config")
     assert status == 200
     assert json.loads(body) == {"title": "llmfleet chat", "model": "fake-model"}
 
@@ -298,7 +298,7 @@ def test_without_a_key_no_authorization_goes_upstream() -> None:
     with FakeUpstream(api_key="") as up:
         server = App(up.url, api_key="")
         try:
-            status, _, body = server.request("POST", "/chat/api/chat", chat_body())
+            status, _unused, body = server.request("POST", "/chat/api/chat", chat_body())
         finally:
             server.close()
     assert status == 200
@@ -309,7 +309,7 @@ def test_without_a_key_no_authorization_goes_upstream() -> None:
 def test_a_wrong_key_is_reported_as_the_upstream_refusing(upstream: FakeUpstream) -> None:
     server = App(upstream.url, api_key="sk-wrong")
     try:
-        status, _, body = server.request("POST", "/chat/api/chat", chat_body())
+        status, _unused, body = server.request("POST", "/chat/api/chat", chat_body())
     finally:
         server.close()
     assert status == 502
@@ -421,8 +421,8 @@ def test_events_arrive_as_the_slow_upstream_sends_them() -> None:
                     arrivals.append((piece, time.monotonic() - t0))
         finally:
             server.close()
-    assert [p for p, _ in arrivals] == tokens
-    times = [t for _, t in arrivals]
+    assert [p for p, _unused in arrivals] == tokens
+    times = [t for _unused, t in arrivals]
     # Each token arrives about one delay after the previous one, not all at the end.
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert min(gaps) > delay * 0.5, gaps
@@ -433,7 +433,7 @@ def test_vllm_gets_the_model_it_serves_and_usage() -> None:
     with FakeUpstream(api_key=API_KEY, flavour="vllm", model="google/gemma-3-1b-it", tokens=["ok"]) as up:
         server = App(up.url)
         try:
-            status, _, body = server.request("POST", "/chat/api/chat", chat_body())
+            status, _unused, body = server.request("POST", "/chat/api/chat", chat_body())
         finally:
             server.close()
     assert status == 200, body
@@ -448,7 +448,7 @@ def test_a_configured_model_is_used_without_asking() -> None:
     with FakeUpstream(api_key=API_KEY, flavour="vllm", model="m1") as up:
         server = App(up.url + "/v1/", model="m1")
         try:
-            status, _, _ = server.request("POST", "/chat/api/chat", chat_body())
+            status, _unused, _unused2 = server.request("POST", "/chat/api/chat", chat_body())
         finally:
             server.close()
     assert status == 200
@@ -484,7 +484,7 @@ def test_an_upstream_that_echoes_the_key_is_redacted() -> None:
     with FakeUpstream(api_key=API_KEY, fail_status=400, fail_body=leaky) as up:
         server = App(up.url)
         try:
-            status, _, body = server.request("POST", "/chat/api/chat", chat_body())
+            status, _unused, body = server.request("POST", "/chat/api/chat", chat_body())
         finally:
             server.close()
     assert status == 502
@@ -495,7 +495,7 @@ def test_an_upstream_that_echoes_the_key_is_redacted() -> None:
     with FakeUpstream(api_key=API_KEY, tokens=["key is ", API_KEY, " ok"]) as up:
         server = App(up.url)
         try:
-            status, _, body = server.request("POST", "/chat/api/chat", chat_body())
+            status, _unused, body = server.request("POST", "/chat/api/chat", chat_body())
         finally:
             server.close()
     assert status == 200
@@ -511,7 +511,7 @@ def test_upstream_down_is_a_502_naming_it() -> None:
         url = up.url
     server = App(url)
     try:
-        status, _, body = server.request("POST", "/chat/api/chat", chat_body())
+        status, _unused, body = server.request("POST", "/chat/api/chat", chat_body())
     finally:
         server.close()
     assert status == 502
@@ -532,7 +532,7 @@ def test_upstream_down_is_a_502_naming_it() -> None:
 def test_bad_requests_are_refused_before_the_upstream(
     app: App, upstream: FakeUpstream, body: Any, headers: Optional[dict[str, str]], status: int, words: str
 ) -> None:
-    got, _, payload = app.request("POST", "/chat/api/chat", body, headers=headers)
+    got, _unused, payload = app.request("POST", "/chat/api/chat", body, headers=headers)
     assert got == status
     assert words in json.loads(payload)["error"]
     assert not [r for r in upstream.requests if r["method"] == "POST"]
@@ -609,10 +609,10 @@ def test_tls(upstream: FakeUpstream, tmp_path: Path) -> None:
     server = App(upstream.url, tls_cert=cert, tls_key=key)
     try:
         assert server.request("GET", "/chat/", auth=None)[0] == 401
-        status, headers, _ = server.request("GET", "/chat/")
+        status, headers, _unused = server.request("GET", "/chat/")
         assert status == 200
         assert "max-age" in headers["Strict-Transport-Security"]
-        status, _, body = server.request("POST", "/chat/api/chat", chat_body())
+        status, _unused, body = server.request("POST", "/chat/api/chat", chat_body())
         assert status == 200
         assert sse_contents(body) == upstream.tokens
         # Plain HTTP gets no page (and no password prompt in clear text).
@@ -628,7 +628,7 @@ def test_tls(upstream: FakeUpstream, tmp_path: Path) -> None:
 
 
 def test_tls_needs_both_files(upstream: FakeUpstream, tmp_path: Path) -> None:
-    cert, _ = _self_signed(tmp_path)
+    cert, _unused = _self_signed(tmp_path)
     with pytest.raises(chat.ConfigError, match="both"):
         chat.ChatServer(chat.Config(password="x", port=0, tls_cert=cert))
     with pytest.raises(chat.ConfigError, match="cannot load certificate"):
@@ -641,7 +641,9 @@ CLIENT_KEY = API_KEY  # an API client that knows the upstream's key
 
 
 def test_without_passthrough_the_api_paths_need_the_password(app: App, upstream: FakeUpstream) -> None:
-    status, headers, _ = app.request("GET", "/v1/models", auth=None, headers={"Authorization": "Bearer x"})
+    status, headers, _unused = app.request(
+        "GET", "/v1/models", auth=None, headers={"Authorization": "Bearer x"}
+    )
     assert status == 401 and headers["WWW-Authenticate"].startswith("Basic")
     assert upstream.requests == []
 
@@ -649,7 +651,7 @@ def test_without_passthrough_the_api_paths_need_the_password(app: App, upstream:
 def test_passthrough_relays_the_api_with_the_clients_own_key(upstream: FakeUpstream) -> None:
     server = App(upstream.url, api_passthrough=True)
     try:
-        status, _, body = server.request(
+        status, _unused, body = server.request(
             "GET", "/v1/models", auth=None, headers={"Authorization": "Bearer " + CLIENT_KEY}
         )
     finally:
@@ -665,7 +667,7 @@ def test_passthrough_never_lends_the_pages_key(upstream: FakeUpstream, client_au
     """The page's password or no credentials at all get the upstream's own 401, not the page's key."""
     server = App(upstream.url, api_passthrough=True)
     try:
-        status, _, body = server.request(
+        status, _unused, body = server.request(
             "POST",
             "/v1/chat/completions",
             {"messages": [{"role": "user", "content": "hi"}], "stream": True},
@@ -684,10 +686,10 @@ def test_passthrough_never_lends_the_pages_key(upstream: FakeUpstream, client_au
 def test_passthrough_keeps_the_page_behind_the_password(upstream: FakeUpstream) -> None:
     server = App(upstream.url, api_passthrough=True)
     try:
-        status, _, _ = server.request(
+        status, _unused, _unused2 = server.request(
             "GET", "/chat/", auth=None, headers={"Authorization": "Bearer " + API_KEY}
         )
-        status_api, _, _ = server.request("GET", "/chat/api/config", auth=None)
+        status_api, _unused, _unused2 = server.request("GET", "/chat/api/config", auth=None)
     finally:
         server.close()
     assert (status, status_api) == (401, 401)
@@ -697,7 +699,7 @@ def test_passthrough_over_tls(upstream: FakeUpstream, tmp_path: Path) -> None:
     cert, key = self_signed("127.0.0.1", tmp_path)
     server = App(upstream.url, api_passthrough=True, tls_cert=str(cert), tls_key=str(key))
     try:
-        status, _, body = server.request(
+        status, _unused, body = server.request(
             "GET", "/v1/models", auth=None, headers={"Authorization": "Bearer " + CLIENT_KEY}
         )
         plain = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)

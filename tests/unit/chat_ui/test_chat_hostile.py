@@ -170,7 +170,7 @@ def test_an_error_inside_a_handler_is_answered_500(
             b"GET /chat/api/config HTTP/1.1\r\nHost: x\r\nAuthorization: " + BASIC.encode() + b"\r\n\r\n"
         )
         # The worker that met the error still serves the next request.
-        after = [app.raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") for _ in range(3)]
+        after = [app.raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") for _unused in range(3)]
     assert status_of(response) == 500 and b"a bug" not in response
     assert all(status_of(r) == 200 for r in after)
 
@@ -266,12 +266,14 @@ def test_event_redactor_holds_only_a_possible_key_start() -> None:
 def test_idle_sockets_take_no_thread_and_users_are_answered(upstream: FakeUpstream) -> None:
     before = threading.active_count()
     with App(upstream.url, max_connections=4, idle_timeout=30.0) as app:
-        idle = [socket.create_connection(("127.0.0.1", app.port), timeout=5) for _ in range(200)]
+        idle = [socket.create_connection(("127.0.0.1", app.port), timeout=5) for _unused in range(200)]
         try:
             time.sleep(0.3)
             threads = threading.active_count() - before
             started = time.monotonic()
-            answers = [app.raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5) for _ in range(3)]
+            answers = [
+                app.raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5) for _unused in range(3)
+            ]
             took = time.monotonic() - started
         finally:
             for sock in idle:
@@ -323,7 +325,7 @@ def test_headers_dripped_byte_by_byte_meet_a_deadline(upstream: FakeUpstream) ->
 def test_more_silent_sockets_than_the_room_holds_drop_the_oldest(upstream: FakeUpstream) -> None:
     with App(upstream.url, idle_timeout=30.0) as app:
         app.server.max_waiting = 20
-        idle = [socket.create_connection(("127.0.0.1", app.port), timeout=5) for _ in range(40)]
+        idle = [socket.create_connection(("127.0.0.1", app.port), timeout=5) for _unused in range(40)]
         try:
             time.sleep(0.5)
             answer = app.raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5)
@@ -341,12 +343,12 @@ def test_a_relayed_body_is_streamed_not_held_whole() -> None:
     listener = socket.create_server(("127.0.0.1", 0))
 
     def fake_upstream() -> None:
-        conn, _ = listener.accept()
+        conn, _unused = listener.accept()
         data = b""
         conn.settimeout(10)
         while b"\r\n\r\n" not in data:
             data += conn.recv(65536)
-        _, _, body = data.partition(b"\r\n\r\n")
+        _head, _sep, body = data.partition(b"\r\n\r\n")
         while len(body) < 100_000:
             body += conn.recv(65536)
         seen.set()

@@ -132,7 +132,7 @@ def recap(result: subprocess.CompletedProcess) -> dict[str, tuple[int, int]]:
     found = re.findall(
         r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", result.stdout, re.M
     )
-    return {name: (int(changed), int(failed)) for name, _, changed, failed in found}
+    return {name: (int(changed), int(failed)) for name, _unused, changed, failed in found}
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +188,7 @@ def test_lock_then_the_roles_use_it_and_every_refusal(tmp_path: Path, fake: Fake
     fake.requests.clear()
     second = play(inv, ROOT / "playbooks" / "lock.yml")
     assert second.returncode == 0, second.stdout[-4000:]
-    assert all(changed == 0 for changed, _ in recap(second).values()), second.stdout[-2000:]
+    assert all(changed == 0 for changed, _unused in recap(second).values()), second.stdout[-2000:]
     assert lock_file.read_bytes() == written
     assert not [r for r in fake.requests if "codeload" in r]
 

@@ -236,6 +236,7 @@ def test_unreadable_plan_exits_78_and_names_the_file(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=20,
+        check=False,
     )
     assert proc.returncode == sup.EXIT_BAD_PLAN == 78
     assert str(bad) in proc.stderr

@@ -146,7 +146,7 @@ def test_discovery_keeps_the_last_answer_when_the_api_fails(api, tmp_path, capsy
 
 def test_discovery_refuses_a_server_its_ca_does_not_sign(api, tmp_path, capsys) -> None:
     sa = api.service_account(tmp_path / "sa", NS)
-    other_cert, _ = self_signed("127.0.0.1", tmp_path / "other")
+    other_cert, _unused = self_signed("127.0.0.1", tmp_path / "other")
     (sa / "ca.crt").write_bytes(other_cert.read_bytes())
     api.pods = [pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS)]
     assert sup.KubernetesDiscovery(make_plan(), discovery_env(api, sa)).endpoints() == {}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
-from ansible_collections.llmfleet.cluster.plugins.module_utils.placement import make_plan
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import make_plan
 
 ROOT = Path(__file__).resolve().parents[3]
 SUPERVISOR = ROOT / "roles" / "llama_rpc" / "files" / "llmfleet_supervisor.py"
@@ -171,7 +171,7 @@ def test_the_supervisor_serves_a_workerless_plan_with_the_real_llama_server(tmp_
         deadline = time.monotonic() + 120
         status = 0
         while time.monotonic() < deadline and proc.poll() is None:
-            status, _ = get(f"http://127.0.0.1:{port}/health")
+            status, _body = get(f"http://127.0.0.1:{port}/health")
             if status == 200:
                 break
             time.sleep(0.5)

@@ -9,7 +9,7 @@ from ansible_collections.llmfleet.cluster.plugins.filter.split_layers import spl
 from ansible_collections.llmfleet.cluster.plugins.filter.tensor_split import tensor_split
 
 from tests.support import llama_split
-from tests.unit.plugins.module_utils.test_placement import host, layout
+from tests.unit.plugins.plugin_utils.test_placement import host, layout
 
 MODEL = {"name": "tiny", "url": "http://mirror/models/tiny.gguf", "sha256": "b" * 64}
 

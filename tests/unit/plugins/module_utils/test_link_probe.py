@@ -115,7 +115,7 @@ def test_serve_in_background_answers_and_exits_at_its_deadline() -> None:
     port, pid = link_probe.serve_in_background("127.0.0.1", 0, TOKEN, 2.0)
     result = link_probe.measure("w1", "127.0.0.1", port, TOKEN, seconds=0.1, timeout=2.0)
     assert result["measured"] is True, result
-    for _ in range(60):
+    for _unused in range(60):
         try:
             os.kill(pid, 0)
         except ProcessLookupError:

@@ -6,9 +6,9 @@ import re
 
 import jsonschema
 import pytest
-from ansible_collections.llmfleet.cluster.plugins.module_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 
-from tests.unit.plugins.module_utils.test_placement import host, layout
+from tests.unit.plugins.plugin_utils.test_placement import host, layout
 
 ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

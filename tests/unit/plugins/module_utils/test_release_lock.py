@@ -163,7 +163,7 @@ def test_the_token_goes_only_to_its_own_host(fake):
     tokens = {"api.example.invalid": "Bearer secret"}
     http = rl.Http(tokens=tokens, opener=Opener())
     rl.lock_llama_cpp(http, fake.github_api, LLAMA, "b9999", {"head": "ubuntu-x64"})
-    assert seen and all(auth is None for _, auth in seen)
+    assert seen and all(auth is None for _unused, auth in seen)
 
 
 def test_model_from_lock_fills_only_what_the_inventory_left_empty():

@@ -3,10 +3,10 @@
 import math
 
 import pytest
-from ansible_collections.llmfleet.cluster.plugins.module_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed as S
 
-from tests.unit.plugins.module_utils.test_placement import layout
+from tests.unit.plugins.plugin_utils.test_placement import layout
 
 # n_embd 256 -> an activation row is 1024 bytes; n_vocab 1000 -> logits 4000 bytes.
 # At 8 Mbit/s one byte takes 1 microsecond: a row 1.024 ms, the logits 4.0 ms.

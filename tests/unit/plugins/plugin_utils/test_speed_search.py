@@ -8,13 +8,13 @@ import sys
 import time
 
 import pytest
-from ansible_collections.llmfleet.cluster.plugins.module_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed as S
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed_search as SS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.plugins.module_utils.test_placement import host, layout
+from tests.unit.plugins.plugin_utils.test_placement import host, layout
 
 ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -5,7 +5,7 @@ import itertools
 import json
 
 import pytest
-from ansible_collections.llmfleet.cluster.plugins.module_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -109,7 +109,10 @@ def oracle_fits(model, head, workers, opts):
     """Is there ANY placement (worker subset, --rpc order, head layers, counts, output host)
     whose every host fits its budget? Exhaustive over small fleets."""
     n = model.n_layer
-    budget = lambda h: h.budget_mib * MIB  # noqa: E731
+
+    def budget(h):
+        return h.budget_mib * MIB
+
     out_choices = P._output_choices(opts)
     head_range = range(0, n + 1) if opts.head_layers else [0]
     for k in head_range:
@@ -228,7 +231,7 @@ def test_fallbacks_that_fit_carry_verified_arguments():
     assert sorted(tuple(f["workers"]) for f in oks) == [("a", "b"), ("a", "c"), ("b", "c")]
     for f in oks:
         assert set(f["used_workers"]) <= set(f["workers"])
-        _cpu, per_device, _ = llama_split.from_args(f["llama_server_args"], 8)
+        _cpu, per_device, _unused = llama_split.from_args(f["llama_server_args"], 8)
         rows = f["hosts"][1:]
         assert per_device[:-1] == [r["layers"][1] - r["layers"][0] for r in rows][:-1]
 
@@ -396,7 +399,9 @@ def sticky_plan(**usable):
     return lay, json.loads(json.dumps(plan))
 
 
-def keep(previous, lay, head, ws, model=STICKY_MODEL, opts=STICKY_OPTS, reserve=8, target="systemd"):
+def keep(previous, lay, head, ws, model=None, opts=None, reserve=8, target="systemd"):
+    model = STICKY_MODEL if model is None else model
+    opts = STICKY_OPTS if opts is None else opts
     return P.keep_previous(previous, lay, model, head, ws, opts, reserve, "llama_cpp", target)
 
 

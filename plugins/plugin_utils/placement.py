@@ -646,7 +646,7 @@ def _balanced(costs: _Costs, head: Host, workers: List[Host], output_on_head: bo
             return None
         # 1: the lowest fill ratio every worker can stay under
         lo, hi = 0.0, 1.0
-        for _ in range(20):
+        for _unused in range(20):
             mid = (lo + hi) / 2
             got = _fill(costs, head_layers, workers, output_on_head, mid)
             if got is None:
@@ -655,7 +655,7 @@ def _balanced(costs: _Costs, head: Host, workers: List[Host], output_on_head: bo
                 hi, best = mid, got
         # 2: with the last worker (the output holder) kept under that ratio, even out the others
         top, lo = hi, 0.0
-        for _ in range(20):
+        for _unused in range(20):
             mid = (lo + hi) / 2
             got = _fill(costs, head_layers, workers, output_on_head, mid, last_ratio=top)
             if got is None:
