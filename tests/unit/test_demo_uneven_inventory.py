@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventories" / "demo-uneven"
