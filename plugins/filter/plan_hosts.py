@@ -47,7 +47,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: Dicts with C(name), C(usable_mib), C(cpus), C(address), C(port) and, when set, C(reserve_mib), C(speed) (a number from C(llmfleet_speed), or the dict of O(speeds)).
+  description:
+    - Dicts with C(name), C(usable_mib), C(cpus), C(address), C(port) and, when set, C(reserve_mib) and
+      C(speed) (a number from C(llmfleet_speed), or the dict of O(speeds)).
   type: list
   elements: dict
 """

@@ -445,7 +445,8 @@ def lock_hf_model(
             break
         # A renamed repository answers with a relative redirect to its new name first.
         current = urljoin(current, answer.headers.get("location", ""))
-    assert answer is not None
+    if answer is None:  # the loop runs at least once
+        raise LockError(f"{source}: no answer")
     commit = (answer.headers.get("x-repo-commit") or "").strip().lower()
     if not HEX40.match(commit):
         raise LockError(f"{source} ({answer.url}): X-Repo-Commit {commit!r} is not a 40-hex commit")

@@ -24,7 +24,7 @@ description:
     C(plugins/module_utils/link_probe.py). Never run against a what-if host (the playbook leaves
     them out).
 author:
-  - llmfleet contributors
+  - llmfleet contributors (@llmfleet)
 options:
   mode:
     description: C(serve) on a worker, C(measure) on the head.

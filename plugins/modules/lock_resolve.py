@@ -90,7 +90,7 @@ options:
     type: int
     default: 1073741824
 author:
-  - llmfleet contributors
+  - llmfleet contributors (@llmfleet)
 """
 
 EXAMPLES = r"""

@@ -114,8 +114,10 @@ def profile():
     return prof.build_profile(None, "b0c1e570", {"name": "m", "sha256": SHA}, FACTS, figures, links, NOW)
 
 
-def use(p, facts=FACTS, given=None, build="b0c1e570", sha=SHA):
-    return prof.speeds(["head", "w1", "w2"], "head", p, facts, given or {}, build, sha)
+def use(p, facts=None, given=None, build="b0c1e570", sha=SHA):
+    return prof.speeds(
+        ["head", "w1", "w2"], "head", p, FACTS if facts is None else facts, given or {}, build, sha
+    )
 
 
 def test_the_profile_matches_its_schema_and_gives_the_speed_dicts() -> None:
