@@ -40,7 +40,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _text(page: Path) -> str:
-    return html.unescape(re.sub(r"<[^>]+>", " ", page.read_text()))
+    # Sphinx's smartquotes print ' and " as typographic quotes; compare against the source's.
+    text = html.unescape(re.sub(r"<[^>]+>", " ", page.read_text()))
+    return text.translate(str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'}))
 
 
 def _documentation(path: Path) -> dict:
