@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import tarfile
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,21 +19,6 @@ LEFT_OUT = (
     "build/",
 )
 LEFT_OUT_FILES = ("Makefile", "ansible.cfg", "pyproject.toml", "requirements.in", "requirements.txt")
-
-
-@pytest.fixture(scope="module")
-def tarball(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tarball")
-    env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_CONFIG", "ANSIBLE_COLLECTIONS_PATH")}
-    subprocess.run(
-        ["ansible-galaxy", "collection", "build", "--output-path", str(out), str(ROOT)],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    (built,) = out.glob("llmfleet-cluster-*.tar.gz")
-    return built
 
 
 def test_the_tooling_of_the_checkout_stays_out(tarball: Path) -> None:
