@@ -66,6 +66,8 @@ lint: venv link
 	ruff check .
 	ruff format --check .
 	ansible-lint --offline --profile production -q
+	antsibull-changelog lint
+	antsibull-changelog lint-changelog-yaml --strict changelogs/changelog.yaml
 
 unit: venv link
 	pytest -q tests/unit

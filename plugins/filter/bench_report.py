@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: bench_report
 short_description: bench.json content and SVG charts from an api_bench result and per-host memory samples
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Combines the return of C(llmfleet.cluster.api_bench) with one C(llmfleet.cluster.host_usage)
     sample per host into the content of bench.json (summary, settings, per-host memory planned vs

@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: k8s_kubelet_labels
 short_description: The node labels a kubelet may set on its own Node at registration
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Drops C(llmfleet.io/rpc) and C(llmfleet.io/usable-mib), which change with the plan and with free
     memory, and a change in k3s' registration config would restart k3s; the API carries them.

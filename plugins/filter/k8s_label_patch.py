@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: k8s_label_patch
 short_description: A JSON merge patch that brings a Node's labels to the desired set
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Compares a Node's current labels with the desired ones and returns a merge patch for its
     metadata, or an empty dict when nothing would change (so applying it is idempotent).

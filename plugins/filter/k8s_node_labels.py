@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: k8s_node_labels
 short_description: Kubernetes node labels for a host, from the probe fact and the plan
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Computes the labels a fleet host's Kubernetes Node should carry, from the probe fact
     C(llmfleet_host), the plan C(llmfleet_plan) and inventory labels.

@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: k8s_node_taints
 short_description: Kubernetes node taints for a host, validated
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Returns the taints a fleet host's Node should carry, C(llmfleet.io/dedicated=true:NoSchedule)
     when O(dedicated) is true, plus the inventory's own taints, validated and sorted.

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: llama_cpp_release
 short_description: Choose the pinned llama.cpp asset (url + sha256) of a build for a host's flavour
-version_added: "0.1.0"
+version_added: "1.0.0"
 description:
   - Looks up C(releases[build][flavour]) in a release table (build tag -> flavour -> C({url, sha256}))
     and returns it checked - the sha256 must be 64 hex digits and the url non-empty.

@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: llama_rpc_k8s_facts
 short_description: What the llama.cpp RPC Kubernetes manifests need from the plan
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Groups the plan's workers by Kubernetes architecture (one rpc-server DaemonSet each) with the
     largest predicted total MiB over the plan and its fallbacks, the largest usable minus reserve MiB

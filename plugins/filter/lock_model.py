@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: lock_model
 short_description: The fleet's model with its url and sha256 from the lock when the inventory pins none
-version_added: "0.1.0"
+version_added: "1.0.0"
 description:
   - When C(llmfleet_model) names a Hugging Face file (C(hf_repo), C(hf_file), C(hf_revision)) and has
     neither C(url) nor C(file), returns it with C(url) (pinned to the commit the revision resolved to)

@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: plan_fallback
 short_description: The plan entry for the set of workers that still answer
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Looks up, in a plan's C(fallbacks), the entry whose C(workers) equals the given set of
     worker names (in any order). The full set of used workers returns the main placement.

@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: plan_hosts
 short_description: Placement hosts from the inventory and the probe facts
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - For each host name, reads C(llmfleet_host) (the probe fact or the inventory's what-if value),
     C(llmfleet_rpc_address) (default the probe's C(default_ipv4)), C(llmfleet_rpc_port)

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: plan_keep
 short_description: Whether the previous llmfleet plan still stands
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Decides whether the plan of an earlier run (its C(plan.json)) can be kept instead of computing
     a fresh one, so that usable memory moving by a few MiB between runs does not rewrite the plan

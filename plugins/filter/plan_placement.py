@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: plan_placement
 short_description: The llmfleet plan for a model layout and a fleet
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Computes the placement of a GGUF model over the head and the candidate RPC workers with
     the collection's placement math (plugins/plugin_utils/placement.py). It picks the fewest hosts that

@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: profile_build
 short_description: profile.json after a measuring run (compute cost per host and link figures)
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Turns the verify role's CPU samples of one real request into each host's decode cost in ms
     per layer per token (the unit's CPU seconds during the request, times the decode share of its

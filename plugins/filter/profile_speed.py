@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: profile_speed
 short_description: The planner's per-host speed figures from profile.json and the inventory
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - For each host name, the C(speed) dict the planner reads - C(ms_per_layer) (decode ms per
     layer per token of this model on that host) and, for a worker, C(rtt_ms) and C(mbit_s) of its

@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: scrape_targets
 short_description: Prometheus file_sd target lists (llama-server or vLLM, node-exporter) from the plan
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Returns, per scrape job of C(roles/monitoring/templates/prometheus-scrape.yml.j2), the content of its
     file_sd JSON file - the head's API for C(llama-server) (backend C(llama_cpp)) or C(vllm), and

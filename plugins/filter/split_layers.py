@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: split_layers
 short_description: The layers llama.cpp gives each RPC device for a --tensor-split
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Applies llama.cpp's layer assignment (float32 cumulative fractions of the split, upper_bound
     over n_layer + 1 slots, the first n_layer + 1 - ngl slots on the head's CPU) and returns

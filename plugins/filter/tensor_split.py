@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: tensor_split
 short_description: The llama.cpp --tensor-split that gives each RPC worker exactly the wanted layers
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Turns whole layer counts per RPC device (in C(--rpc) order) into a C(--tensor-split) value
     that llama.cpp's own rule (float32 cumulative fractions, upper_bound over n_layer + 1 slots)

@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: verify_report
 short_description: The per-host verify table (CPU, traffic and memory across one request) and its failures
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Turns three C(llmfleet.cluster.host_usage) samples per host (before the idle window, after
     it, after the request) into one row per host - the llama.cpp unit's CPU seconds idle vs

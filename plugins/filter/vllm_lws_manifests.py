@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: vllm_lws_manifests
 short_description: The Kubernetes objects that serve a model with vLLM across nodes (LeaderWorkerSet)
-version_added: 0.1.0
+version_added: 1.0.0
 author: llmfleet developers
 description:
   - Runs the same checks as P(llmfleet.cluster.vllm_lws_preflight#filter), then builds, in apply order,

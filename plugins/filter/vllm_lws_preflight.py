@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: vllm_lws_preflight
 short_description: Check a fleet for vLLM with LeaderWorkerSet and decide image, dtype and resources
-version_added: 0.1.0
+version_added: 1.0.0
 author: llmfleet developers
 description:
   - Reads the vLLM stages of C(llmfleet_plan) and each stage host's C(llmfleet_host) facts.

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: api_bench
 short_description: Send N streamed chat completions at a given concurrency and measure them
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Sends O(requests) streamed chat completions (C(stream=true)) to an OpenAI-compatible API
     (llama-server or vLLM), at most O(concurrency) at a time, and measures each one as a client

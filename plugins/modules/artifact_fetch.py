@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: artifact_fetch
 short_description: Download or adopt a file pinned by sha256, resumable, verified before it is moved into place
-version_added: "0.1.0"
+version_added: "1.0.0"
 description:
   - Makes O(dest) a verified copy of O(url) (or of a file O(src) already on the host).
   - A download goes to C(<dest>.part) and continues an interrupted one with an HTTP

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: artifact_install
 short_description: Install a pinned tar or zip archive, or a built tree, into a versioned directory, atomically
-version_added: "0.1.0"
+version_added: "1.0.0"
 description:
   - Verifies O(archive) against O(sha256) B(before) unpacking it. A mismatch fails with the
     expected and the actual hash, removes the archive and changes nothing else.

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gguf_layout
 short_description: Read the layout of a GGUF model (header and tensor table only)
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads a GGUF model's hyperparameters and the bytes of its tensors per repeating layer, the
     token embeddings and the output layer (tied or not), from a local file or an http(s) URL.

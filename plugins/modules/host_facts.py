@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: host_facts
 short_description: Probe what a host can serve an LLM with (ISA, usable memory, accelerators, backends)
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads C(/proc), C(/sys) and C(/etc) under O(root) and returns the C(llmfleet_host) fact
     used by the placement planner.

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: host_usage
 short_description: Sample a host's CPU seconds, interface bytes and the usage of systemd units
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads cgroup and C(/proc) counters under O(root) and returns one sample with the CPU seconds of the
     whole host (the cgroup that holds PID 1, so a container counts only itself), receive and

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: link_probe
 short_description: Round-trip time and throughput each way between the head and its workers
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - O(mode=serve) (on a worker) starts a probe server in a detached process that answers only
     clients presenting O(token) and exits after O(deadline) seconds (or when the head is done),

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: lock_resolve
 short_description: Pin llama.cpp, k3s and the model from the sources' own digests
-version_added: "0.1.0"
+version_added: "1.0.0"
 description:
   - Reads the llama.cpp release O(llama_cpp_build) from the GitHub release API and pins the assets
     the hosts need (O(llama_cpp_needs), host -> flavour) by the asset's C(digest). An asset without

@@ -26,6 +26,7 @@ def test_the_tooling_of_the_checkout_stays_out(tarball: Path) -> None:
         names = tar.getnames()
     top = {n.split("/")[0] for n in names}
     assert top == {
+        "CHANGELOG.rst",
         "FILES.json",
         "MANIFEST.json",
         "LICENSE",
@@ -55,3 +56,14 @@ def test_one_licence(tarball: Path) -> None:
         "GNU GENERAL PUBLIC LICENSE\n                       Version 3, 29 June 2007"
     )
     assert "END OF TERMS AND CONDITIONS" in licence and len(licence) > 30000
+
+
+def test_release_notes_of_this_version(tarball: Path) -> None:
+    """The tarball carries the antsibull-changelog release of galaxy.yml's version, not its fragments."""
+    version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
+    with tarfile.open(tarball) as tar:
+        changes = yaml.safe_load(tar.extractfile("changelogs/changelog.yaml"))
+        notes = tar.extractfile("CHANGELOG.rst").read().decode()
+    assert version in changes["releases"], sorted(changes["releases"])
+    assert changes["releases"][version]["changes"], changes["releases"][version]
+    assert f"\nv{version}\n" in notes, notes[:500]
