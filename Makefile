@@ -12,6 +12,10 @@ CACHE := $(ROOT)/.cache
 STAMP := $(VENV)/.requirements-$(shell sha256sum requirements.txt | cut -c1-12)
 DEMO_INVENTORY ?= inventories/demo
 SCENARIO ?=
+# pytest-xdist workers for `make unit` and `make manifests` (PYTEST_JOBS=0: one process, as before).
+# Whole test files go to one worker (--dist loadfile), so a module's fixtures still render once.
+PYTEST_JOBS ?= 2
+PYTEST_PAR = -n $(PYTEST_JOBS) --dist loadfile
 
 export PATH := $(VENV)/bin:$(PATH)
 export CACHE
@@ -70,14 +74,14 @@ lint: venv link
 	antsibull-changelog lint-changelog-yaml --strict changelogs/changelog.yaml
 
 unit: venv link
-	pytest -q tests/unit
+	pytest -q $(PYTEST_PAR) tests/unit
 
 docs-check: venv link
 	@bash scripts/check-plugin-docs.sh
 
 # The Kubernetes manifest tests also run the rendered pods' commands on podman hosts.
 manifests: venv link images test-artifacts
-	pytest -q tests/manifests
+	pytest -q $(PYTEST_PAR) tests/manifests
 
 build-check: venv
 	pytest -q tests/build

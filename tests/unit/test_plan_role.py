@@ -26,10 +26,17 @@ def play(tmp_path, *extra):
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
-def test_plan_writes_a_valid_plan_and_the_table(tmp_path):
-    result = play(tmp_path)
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """One run of plan.yml with the inventory's defaults, read by the tests that only look at it."""
+    out = tmp_path_factory.mktemp("planned")
+    return out, play(out)
+
+
+def test_plan_writes_a_valid_plan_and_the_table(planned):
+    out, result = planned
     assert result.returncode == 0, result.stdout[-3000:]
-    plan = json.loads((tmp_path / "plan.json").read_text())
+    plan = json.loads((out / "plan.json").read_text())
     with open(os.path.join(ROOT, "docs", "plan.schema.json"), encoding="utf-8") as handle:
         jsonschema.validate(plan, json.load(handle))
     # w1 and w2 (160 MiB) cannot take the 170 MiB output layer; w3 (480 MiB, port 50053) can hold it all
@@ -37,7 +44,7 @@ def test_plan_writes_a_valid_plan_and_the_table(tmp_path):
     assert plan["rpc"] == "10.89.0.5:50053"
     assert {u["name"] for u in plan["unused"]} == {"w1", "w2"}
     assert plan["model"]["sha256"].startswith("a5fd3b62")
-    md = (tmp_path / "plan.md").read_text()
+    md = (out / "plan.md").read_text()
     assert "| w3 | worker | 10.89.0.5:50053 | 0-17 | yes |" in md
     assert "host   role    layers" in result.stdout
 
@@ -50,15 +57,15 @@ def test_plan_refuses_before_any_change_with_missing_mib(tmp_path):
     assert not (tmp_path / "plan.json").exists()
 
 
-def test_plan_objective_reaches_the_planner_and_the_plan(tmp_path):
-    result = play(tmp_path)
+def test_plan_objective_reaches_the_planner_and_the_plan(planned, tmp_path):
+    out, result = planned
     assert result.returncode == 0, result.stdout[-3000:]
-    plan = json.loads((tmp_path / "plan.json").read_text())
+    plan = json.loads((out / "plan.json").read_text())
     # no host of the what-if inventory carries speed figures: auto plans for memory, no prediction
     assert plan["objective"] == "memory" and plan["speed"] is None
     assert plan["planned_with"]["options"]["objective"] == "auto"
-    md = (tmp_path / "plan.md").read_text()
+    md = (out / "plan.md").read_text()
     assert "Objective: memory." in md and "no speed figures" in md
-    forced = play(tmp_path / "forced", "-e", "llmfleet_plan_objective=speed")
+    forced = play(tmp_path, "-e", "llmfleet_plan_objective=speed")
     assert forced.returncode != 0
     assert "objective speed: host(s) head1" in forced.stdout and "have no speed figures" in forced.stdout
