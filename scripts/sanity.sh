@@ -32,6 +32,9 @@ get_pip=$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py
 mkdir -p "$(dirname "$get_pip")"
 cmp -s "$ROOT/scripts/get-pip-offline.py" "$get_pip" || cp "$ROOT/scripts/get-pip-offline.py" "$get_pip"
 
+# Each new tool venv gets its pip from .venv's pip (`pip --python`, see get-pip-offline.py).
+printf '%s\n' "$PY" > "$(dirname "$get_pip")/llmfleet-bootstrap-python"
+
 # The settings of make / scripts/env.sh are for ansible runs of the checkout, not for ansible-test.
 unset ANSIBLE_CONFIG ANSIBLE_COLLECTIONS_PATH
 python_version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
