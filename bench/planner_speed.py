@@ -209,9 +209,10 @@ def main() -> int:
     ap.add_argument("--inventory", default="inventories/demo-uneven")
     ap.add_argument("--out-dir", help="the fleet's llmfleet_output_dir (default: scripts/demo.sh's)")
     ap.add_argument("--no-profile", action="store_true", help="use the profile.json already in --out-dir")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--requests", type=int, default=1, help="measured requests per variant per round")
-    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--profile-tokens", type=int, default=24, help="tokens of profile.yml's request")
     ap.add_argument("--json", help="write every figure here")
     args = ap.parse_args()
     started = time.monotonic()
@@ -226,7 +227,14 @@ def main() -> int:
     try:
         print("1. profile", flush=True)
         if not args.no_profile:
-            playbook(inventory, "profile.yml", out_dir, os.path.join(tmp, "profile.log"))
+            playbook(
+                inventory,
+                "profile.yml",
+                out_dir,
+                os.path.join(tmp, "profile.log"),
+                "-e",
+                f"profile_max_tokens={args.profile_tokens}",
+            )
         with open(os.path.join(out_dir, "profile.json")) as f:
             profile = json.load(f)
         print("2. plans", flush=True)
