@@ -170,6 +170,33 @@ def default_split_prediction(layout: dict, plan: dict, head: str, workers: list[
     return got
 
 
+def start_mirror(inventory: str, out_dir: str, tmp: str) -> subprocess.Popen | None:
+    inv = json.loads(sh(["ansible-inventory", "-i", inventory, "--list"], cwd=ROOT).stdout)
+    any_vars = next(iter(inv["_meta"]["hostvars"].values()))
+    net, port = any_vars.get("demo_network") or {}, any_vars.get("demo_mirror_port")
+    directory = os.path.join(os.path.dirname(out_dir), "mirror")
+    if not (net.get("gateway") and port and os.path.isdir(directory)):
+        return None
+    log = open(os.path.join(tmp, "mirror.log"), "w")  # noqa: SIM115 (lives as long as the mirror)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.http_mirror",
+            directory,
+            "--port",
+            str(port),
+            "--bind",
+            net["gateway"],
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    time.sleep(1.0)
+    return proc
+
+
 class Head:
     def __init__(self, name: str):
         self.name = name
@@ -238,6 +265,9 @@ def main() -> int:
         with open(os.path.join(out_dir, "profile.json")) as f:
             profile = json.load(f)
         print("2. plans", flush=True)
+        # plan.yml reads the model's header from its URL: the fleet's mirror (scripts/demo.sh
+        # stops it once site.yml is done), from demo.sh's own mirror directory
+        mirror = start_mirror(inventory, out_dir, tmp)
         plans = {}
         for objective in ("memory", "speed"):
             d = os.path.join(tmp, objective)
@@ -254,6 +284,9 @@ def main() -> int:
             with open(os.path.join(d, "plan.json")) as f:
                 plans[objective] = json.load(f)
             shutil.copy(os.path.join(d, "plan.md"), os.path.join(tmp, f"plan-{objective}.md"))
+        if mirror is not None:
+            mirror.terminate()
+            mirror.wait(timeout=10)
         default = copy.deepcopy(plans["memory"])
         rpc = (
             ",".join(
