@@ -59,6 +59,9 @@ scheme = "https" if fleet_tls or flag(any_vars.get("chat_ui_tls", False)) else "
 prefix = "/" + str(any_vars.get("chat_ui_path_prefix", "/chat")).strip("/")
 print("chat_path", scheme, any_vars.get("chat_ui_port", 8088), prefix.rstrip("/") + "/")
 print("chat_user", any_vars.get("chat_ui_username", "llmfleet"))
+# The model file the fleet downloads from the mirror: the last part of llmfleet_model.url.
+model_url = str((any_vars.get("llmfleet_model") or {}).get("url", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+print("model_file", model_url.rstrip("/").rsplit("/", 1)[-1])
 for name in heads + workers:
     pod = hv[name].get("demo_podman") or {}
     print("host", name, pod.get("memory", "512m"), pod.get("cpus", 1), pod.get("rate") or "-")
@@ -68,6 +71,7 @@ get() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' <<<"$spec"; }
 read -r net_name net_subnet net_gateway <<<"$(get network)"
 image=$(get image)
 mirror_port=$(get mirror_port)
+model_file=$(get model_file)
 head=$(get head)
 mapfile -t host_lines < <(get host)
 
@@ -133,7 +137,7 @@ done
 # 2. The mirror: the pinned artifacts on the network's gateway (hard links, no copies).
 mkdir -p "$state/mirror"
 for f in "$CACHE"/dist/llama-*-bin-ubuntu-x64.tar.gz "$CACHE"/dist/llama.cpp-*-src.tar.gz \
-  "$CACHE"/models/SmolLM2-135M-Instruct.Q4_1.gguf; do
+  "$CACHE/models/$model_file"; do
   [[ -f $f ]] || {
     echo "demo: missing $f (run make test-artifacts)" >&2
     exit 1

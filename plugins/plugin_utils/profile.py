@@ -95,7 +95,7 @@ def check_figure(host: str, key: str, value: Any, where: str) -> float:
 # --------------------------------------------------------------------------- compute cost
 
 
-def _layer_equivalents(plan_hosts: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
+def _layer_equivalents(plan_hosts: Sequence[Mapping[str, Any]], tied_output: bool = True) -> Dict[str, float]:
     """Per host: its repeating layers, plus the output layer counted by its weight in layers.
 
     Decode reads every weight once per token, so a host's work follows its weight bytes; the
@@ -116,8 +116,14 @@ def _layer_equivalents(plan_hosts: Sequence[Mapping[str, Any]]) -> Dict[str, flo
         if h.get("output_layer"):
             weights = (h.get("predicted_mib") or {}).get("weights")
             extra = 1.0
-            if avg and weights and h.get("role") == "worker":
-                extra = max(1.0, (float(weights) - count * avg) / avg)
+            if avg and weights:
+                # a worker's weights beyond its layers are the output layer; the head's are the
+                # token embedding (a lookup, no work) plus the output: the same tensor when the
+                # output is tied, else two of about the same size
+                beyond = float(weights) - count * avg
+                if h.get("role") != "worker" and not tied_output:
+                    beyond /= 2.0
+                extra = max(1.0, beyond / avg)
             count += extra
         out[str(h.get("name"))] = count
     return out
@@ -146,7 +152,7 @@ def compute_figures(
     predicted_ms = timings.get("predicted_ms")
     prompt_ms = timings.get("prompt_ms") or 0.0
     plan_hosts = [h for h in plan.get("hosts") or [] if isinstance(h, dict)]
-    equivalents = _layer_equivalents(plan_hosts)
+    equivalents = _layer_equivalents(plan_hosts, bool((plan.get("model") or {}).get("tied_output", True)))
     out: Dict[str, Dict[str, Any]] = {}
     for h in plan_hosts:
         name = str(h.get("name"))

@@ -14,6 +14,7 @@ head: the activations go to a worker over its link, it computes its layers, and 
 back over the same link before the next worker is sent anything. So per token:
 
     ms_per_token = sum over hosts of layers x ms_per_layer
+                 + the output layer's weight in layers x ms_per_layer of its holder
                  + sum over used workers of (rtt_ms + 2 x activation_ms)
                  (the output holder: rtt_ms + activation_ms + logits_ms)
 
@@ -216,7 +217,25 @@ def estimate(
             }
         )
         links.append(link_terms(model, w.name, fig, i == len(workers) - 1 and not output_on_head))
+    # the output layer's own compute, on its holder (the head, or the last worker)
+    holder = hosts[0] if output_on_head or not workers else hosts[-1]
+    equivalents = output_layer_equivalents(model)
+    holder["output_layer_equivalents"] = equivalents
+    holder["output_ms"] = equivalents * holder["ms_per_layer"]
+    holder["compute_ms"] += holder["output_ms"]
     return Estimate(hosts, links, prompt_tokens)
+
+
+def output_layer_equivalents(model: Model) -> float:
+    """The output layer's decode work in repeating layers: its weight over the average layer's.
+
+    Decode on a CPU reads every weight once per token, so work follows weight bytes; a small
+    model's output (n_vocab x n_embd) outweighs many layers (Gemma 3 270M: 178 MB against 3.8 MB
+    a layer, about 47 layers), so where it goes decides the speed."""
+    if not model.layer_bytes:
+        return 1.0
+    average = sum(model.layer_bytes) / float(len(model.layer_bytes))
+    return max(1.0, model.output_bytes / average) if average > 0 else 1.0
 
 
 def estimate_placement(

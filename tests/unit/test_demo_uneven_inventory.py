@@ -8,6 +8,8 @@ of the three workers, and llama.cpp's default split must still fit every host (s
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,30 @@ def test_the_model_needs_two_workers_and_the_default_split_fits() -> None:
             f"{worker['name']}: default split needs {need:.0f} MiB, limit {limit}"
         )
     assert start == n_layer
+
+
+@pytest.mark.parametrize(
+    ("inventory", "model_file"),
+    [("demo", "SmolLM2-135M-Instruct.Q4_1.gguf"), ("demo-uneven", "gemma-3-270m-Q4_K_M.gguf")],
+)
+def test_demo_sh_mirrors_the_model_the_inventory_downloads(inventory: str, model_file: str, tmp_path) -> None:
+    # scripts/demo.sh reads the inventory with an embedded Python program; run that program on
+    # `ansible-inventory --list` of each demo fleet (it once mirrored SmolLM2 for every fleet, and
+    # demo-uneven's hosts could not download their Gemma model)
+    text = (ROOT / "scripts" / "demo.sh").read_text()
+    program = text.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    listed = tmp_path / "inventory.json"
+    listed.write_text(
+        subprocess.run(
+            ["ansible-inventory", "-i", str(ROOT / "inventories" / inventory), "--list"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    spec = subprocess.run(
+        [sys.executable, "-c", program, str(listed)], check=True, capture_output=True, text=True
+    ).stdout
+    assert f"model_file {model_file}" in spec.splitlines()
+    # and the mirror loop links that file
+    assert '"$CACHE/models/$model_file"' in text

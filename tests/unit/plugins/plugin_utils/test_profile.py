@@ -235,3 +235,18 @@ def test_a_later_run_keeps_figures_it_could_not_make_for_the_same_hardware() -> 
     # a new build drops the old figures
     rebuilt = prof.build_profile(first, "b1111111", {"sha256": SHA}, FACTS, {}, {}, NOW)
     assert rebuilt["hosts"] == {}
+
+
+@pytest.mark.parametrize(("tied", "head_weights"), [(True, 24.0), (False, 44.0)])
+def test_the_output_layer_on_the_head_counts_by_its_weight(tied, head_weights) -> None:
+    # the head: 2 layers of 2 MiB and a 20 MiB output (tied: the token embedding itself; untied: a
+    # 20 MiB embedding besides it), so 2 + 10 layer equivalents; the workers hold no output
+    plan = copy.deepcopy(PLAN)
+    plan["model"] = {"tied_output": tied}
+    plan["hosts"][0].update(output_layer=True, predicted_mib={"weights": head_weights})
+    plan["hosts"][2].update(output_layer=False, predicted_mib={"weights": 12.0})
+    figures = prof.compute_figures(plan, SAMPLES, TIMINGS, FACTS, UNITS)
+    assert figures["head"]["layer_equivalents"] == pytest.approx(12.0)
+    # 0.5 CPU s * 0.9 / 2 CPUs = 225 ms / 40 tokens / 12 = 0.46875
+    assert figures["head"]["ms_per_layer"] == pytest.approx(0.46875, abs=1e-4)
+    assert figures["w2"]["layer_equivalents"] == pytest.approx(6.0)

@@ -23,32 +23,46 @@ FIGS = {
 
 def test_one_worker_holding_the_output():
     est = S.estimate(MODEL, HEAD, [W1], 2, [6], False, FIGS, prompt_tokens=10)
-    # compute 2 x 2 + 6 x 1 = 10; link: rtt 5 + one row in 1.024 + the logits back 4.0
-    assert est.compute_ms == pytest.approx(10.0)
+    # compute 2 x 2 + 6 x 1 + the output (5 MiB: one layer's cost at least) on w1 1 = 11;
+    # link: rtt 5 + one row in 1.024 + the logits back 4.0
+    assert est.compute_ms == pytest.approx(11.0)
     assert est.links[0]["activation_ms"] == pytest.approx(1.024)
     assert est.links[0]["logits_ms"] == pytest.approx(4.0)
-    assert est.ms_per_token == pytest.approx(20.024)
+    assert est.ms_per_token == pytest.approx(21.024)
     plan = est.to_plan()
-    assert plan["tokens_per_second"] == pytest.approx(1000 / 20.024, abs=0.01)
-    # 10 prompt tokens: 10 x 10 compute + rtt 5 + 10 rows in 10.24 + the last token's logits 4.0
-    assert plan["ttft_s"] == pytest.approx(0.11924, abs=1e-3)
-    assert plan["bottleneck"].startswith("link head-w1: 10.02 ms")
+    assert plan["tokens_per_second"] == pytest.approx(1000 / 21.024, abs=0.01)
+    # 10 prompt tokens: 10 x 11 compute + rtt 5 + 10 rows in 10.24 + the last token's logits 4.0
+    assert plan["ttft_s"] == pytest.approx(0.12924, abs=1e-3)
+    assert plan["bottleneck"].startswith("link head-w1: 10.02 ms of 21.02 ms")
 
 
 def test_output_on_the_head_costs_two_rows_and_no_logits():
     est = S.estimate(MODEL, HEAD, [W1], 2, [6], True, FIGS)
-    # rows in and out 2 x 1.024, no logits
-    assert est.ms_per_token == pytest.approx(10.0 + 5.0 + 2.048)
+    # compute 4 + the output on the head 2 + 6; rows in and out 2 x 1.024, no logits
+    assert est.ms_per_token == pytest.approx(12.0 + 5.0 + 2.048)
     assert est.links[0]["logits_ms"] == 0.0
 
 
 def test_two_workers_each_hop_and_the_head_alone():
     est = S.estimate(MODEL, HEAD, [W1, W2], 0, [5, 3], False, FIGS)
-    # compute 5 + 9 = 14; w1: 5 + 2.048; w2 (output, 80 Mbit/s: 0.1 us per byte): 1 + 0.1024 + 0.4
-    assert est.ms_per_token == pytest.approx(14 + 7.048 + 1.5024)
+    # compute 5 + 9 + the output on w2 3 = 17; w1: 5 + 2.048; w2 (output, 80 Mbit/s: 0.1 us per
+    # byte): 1 + 0.1024 + 0.4
+    assert est.ms_per_token == pytest.approx(17 + 7.048 + 1.5024)
     alone = S.estimate(MODEL, HEAD, [], 8, [], True, FIGS)
-    assert alone.ms_per_token == pytest.approx(16.0) and alone.links == []
-    assert alone.to_plan()["bottleneck"] == "head compute: 16.00 ms of 16.00 ms per token (100%)"
+    assert alone.ms_per_token == pytest.approx(18.0) and alone.links == []
+    assert alone.to_plan()["bottleneck"] == "head compute: 18.00 ms of 18.00 ms per token (100%)"
+
+
+def test_the_output_layer_costs_its_weight_in_layers_on_its_holder():
+    # a 30 MiB output against 10 MiB layers: 3 layers of work, on the head (2 ms) or on w1 (1 ms)
+    big = P.Model.from_layout(layout(n_layer=8, out_mib=30.0))
+    assert S.output_layer_equivalents(big) == pytest.approx(3.0)
+    on_head = S.estimate(big, HEAD, [W1], 2, [6], True, FIGS)
+    assert on_head.compute_ms == pytest.approx(2 * 2 + 3 * 2 + 6 * 1)
+    assert on_head.hosts[0]["output_ms"] == pytest.approx(6.0)
+    on_w1 = S.estimate(big, HEAD, [W1], 2, [6], False, FIGS)
+    assert on_w1.compute_ms == pytest.approx(2 * 2 + 6 * 1 + 3 * 1)
+    assert "output_ms" not in on_w1.hosts[0] and on_w1.hosts[1]["output_ms"] == pytest.approx(3.0)
 
 
 def test_a_host_without_figures_gives_no_estimate():
