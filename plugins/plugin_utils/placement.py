@@ -1273,7 +1273,7 @@ def make_plan(
     if target not in ("systemd", "kubernetes", "lws"):
         raise ValueError("target must be systemd, kubernetes or lws, got %r" % (target,))
     if not isinstance(model, dict) or not (model.get("file") or model.get("url") or model.get("hf_dir")):
-        raise ValueError("llmfleet_model needs a file, a url or an hf_dir, got %r" % (model,))
+        raise ValueError("llmfleet_model needs a file or a url (or an hf_dir), got %r" % (model,))
     sha = model.get("sha256")
     if sha is not None and (
         not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)
