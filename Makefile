@@ -29,7 +29,7 @@ export ANSIBLE_FORCE_COLOR := 0
 export ANSIBLE_NOCOLOR := 1
 export NO_COLOR := 1
 
-.PHONY: help venv link host-setup images test-artifacts lint unit docs-check manifests \
+.PHONY: help venv link host-setup images test-artifacts vllm-artifacts lint unit docs-check manifests \
         build-check browser molecule demo-check test demo demo-down requirements clean \
         sanity docs docs-lint galaxy-check gates
 
@@ -64,6 +64,9 @@ images: host-setup
 
 test-artifacts: venv
 	@PY=$(VENV)/bin/python bash scripts/test-artifacts.sh
+
+vllm-artifacts:
+	@bash scripts/vllm-artifacts.sh
 
 lint: venv link
 	yamllint -s .

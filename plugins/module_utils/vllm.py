@@ -305,8 +305,11 @@ def preflight(
         dtype_reason = "set by vllm_lws_dtype"
     if dtype == "float16":
         warnings.append("vllm_lws_dtype float16: FP16 is unstable in torch on CPU, bfloat16 is recommended")
-    # float32 weights take twice the bf16 figures the plan was made with.
-    scale = 2.0 if dtype == "float32" else 1.0
+    # The plan's weights are as stored: a Hugging Face checkpoint says its element width
+    # (vllm.weights_dtype_bytes, 4 for float32), a GGUF plan is taken as 16-bit. vLLM holds them in
+    # the served dtype: float32 takes 4 bytes an element, bfloat16 and float16 take 2.
+    stored = (plan.get("vllm") or {}).get("weights_dtype_bytes") or 2
+    scale = (4.0 if dtype == "float32" else 2.0) / float(stored)
 
     for s in stages:
         s.need_mib = math.ceil(s.weights_mib * scale + kv * 1024 + overhead_mib)

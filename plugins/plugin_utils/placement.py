@@ -938,15 +938,24 @@ def _vllm_stages(hosts: List[Host], weights: List[float], model: Model, opts: Op
     ]:
         extra[i] += 1
     counts = [1 + e for e in extra]
-    start, kv_max = 0, 0.0
-    for c in counts:
+    start, kv_max, weights_mib = 0, 0.0, []
+    for i, c in enumerate(counts):
         kv_max = max(kv_max, kv_bytes(model, range(start, start + c), opts))
+        # What vLLM's rank i loads: its own layers, the embedding on the first rank, the final norm
+        # and the lm_head on the last (a tied lm_head is the embedding again there).
+        stage = sum(model.layer_bytes[start : start + c])
+        if i == 0:
+            stage += model.token_embd_bytes
+        if i == len(counts) - 1:
+            stage += model.output_bytes + model.output_norm_bytes
+        weights_mib.append(round(stage / MIB, 3))
         start += c
     return {
         "pipeline_size": len(hosts),
         "pp_layer_partition": ",".join(str(c) for c in counts),
         "stages": [h.name for h in hosts],
         "kvcache_space_gib": max(1, math.ceil(kv_max / (1024.0 * MIB))),
+        "stage_weights_mib": weights_mib,
     }
 
 
@@ -1025,6 +1034,9 @@ def plan_llama_cpp(
         "reasons": reasons,
         "table": render_table(entry["hosts"]),
     }
+    if layout.get("weights_dtype_bytes"):
+        # A Hugging Face checkpoint says its element width; the lws role scales to the served dtype.
+        plan["vllm"]["weights_dtype_bytes"] = int(layout["weights_dtype_bytes"])
     if annotate is not None:
         plan.update(annotate(placement, model, opts))
     plan["fallbacks"] = fallback_plans(model, head_host, placement.workers, opts, placer) if fallbacks else []
@@ -1068,7 +1080,7 @@ def _changed_inputs(
     """Why the previous plan was made from other inputs than these (empty: the same inputs)."""
     changes: List[str] = []
     before = previous.get("model") or {}
-    file_name = model.get("file") or _basename(model.get("url"))
+    file_name = model.get("file") or _basename(model.get("url")) or model.get("hf_dir")
     for key, now in (
         ("sha256", model.get("sha256")),
         ("url", model.get("url") or None),
@@ -1260,15 +1272,15 @@ def make_plan(
         raise ValueError("backend must be llama_cpp or vllm, got %r" % (backend,))
     if target not in ("systemd", "kubernetes", "lws"):
         raise ValueError("target must be systemd, kubernetes or lws, got %r" % (target,))
-    if not isinstance(model, dict) or not (model.get("file") or model.get("url")):
-        raise ValueError("llmfleet_model needs a file or a url, got %r" % (model,))
+    if not isinstance(model, dict) or not (model.get("file") or model.get("url") or model.get("hf_dir")):
+        raise ValueError("llmfleet_model needs a file or a url (or an hf_dir), got %r" % (model,))
     sha = model.get("sha256")
     if sha is not None and (
         not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)
     ):
         raise ValueError("llmfleet_model.sha256 must be 64 lowercase hex digits, got %r" % (sha,))
     body = plan_llama_cpp(layout, head, workers, options, reserve_mib, placer=placer, annotate=annotate)
-    file_name = model.get("file") or _basename(model.get("url"))
+    file_name = model.get("file") or _basename(model.get("url")) or model.get("hf_dir")
     plan: Dict[str, Any] = {
         "version": 1,
         "backend": backend,

@@ -295,3 +295,19 @@ def test_unsupported_host_outside_the_stages_is_refused_too():
     facts = {**PAIR, "c": host(status="unsupported", reason="arm64 without NEON")}
     with pytest.raises(V.VllmLwsError, match=r"unsupported on c \(arm64 without NEON\)"):
         V.preflight(plan(), facts)
+
+
+def test_a_float32_checkpoint_served_as_bfloat16_takes_half_its_stored_bytes():
+    # vllm.weights_dtype_bytes 4 (a float32 Hugging Face checkpoint, hf_layout): bf16 holds each
+    # weight in 2 bytes, so a stage stored as 2000 MiB needs 1000 MiB of weights.
+    p = plan(partition="3,1", kv=1, n_layer=4)
+    p["vllm"]["stage_weights_mib"] = [2000.0, 400.0]
+    p["vllm"]["weights_dtype_bytes"] = 4
+    choice = V.preflight(p, PAIR, overhead_mib=0, dtype="bfloat16")
+    assert [s.need_mib for s in choice.stages] == [1000 + 1024, 200 + 1024]
+    choice = V.preflight(p, PAIR, overhead_mib=0, dtype="float32")
+    assert [s.need_mib for s in choice.stages] == [2000 + 1024, 400 + 1024]
+    # Without the field (a GGUF plan) the weights are taken as 16-bit, as before.
+    del p["vllm"]["weights_dtype_bytes"]
+    choice = V.preflight(p, PAIR, overhead_mib=0, dtype="bfloat16")
+    assert [s.need_mib for s in choice.stages] == [2000 + 1024, 400 + 1024]
