@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Run every molecule scenario (or the ones named) with the full test sequence.
+# Run every molecule scenario (or the ones named) with the full test sequence; a scenario
+# directory holding a NAMED_ONLY file runs only when named.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scenarios=("$@")
 if ((${#scenarios[@]} == 0)); then
-  for d in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$d")")"); done
+  # A scenario with a NAMED_ONLY file runs only when named (the file says why).
+  for d in molecule/*/molecule.yml; do
+    [[ -e "$(dirname "$d")/NAMED_ONLY" ]] && continue
+    scenarios+=("$(basename "$(dirname "$d")")")
+  done
 fi
 rc=0; summary=()
 for s in "${scenarios[@]}"; do
