@@ -40,16 +40,21 @@ def sh(host: str, command: str) -> str:
 def tune(*args: str) -> tuple[str, float]:
     inventory = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "inventory"
     start = time.monotonic()
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(inventory), "llmfleet.cluster.tune", *EXTRA, *args],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        cwd=ROOT,
-        check=False,
-    )
+    # The output goes to a file as it comes: a run that hangs or is cut short can be read.
+    path = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / f"tune-{int(time.time())}.log"
+    with path.open("w") as out:
+        proc = subprocess.run(
+            ["ansible-playbook", "-i", str(inventory), "llmfleet.cluster.tune", *EXTRA, *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=3600,
+            cwd=ROOT,
+            check=False,
+        )
     took = time.monotonic() - start
-    log = proc.stdout + proc.stderr
+    log = path.read_text()
+    print(f"\ntune.yml {' '.join(args)}: {took:.1f} s, output in {path}")
     assert proc.returncode == 0, log[-4000:]
     return log, took
 
