@@ -4,17 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scenarios=("$@")
-# Scenarios run only when named (or with LLMFLEET_MOLECULE_ALL=1): their time does not fit CI's
-# budget yet. vllm_lws: the vLLM venv cold and two vLLM ranks on 2 cores (docs/vllm-lws.md).
-only_when_named=" vllm_lws "
+# A scenario whose directory holds a NAMED_ONLY file (it says why) runs only when named, or with
+# LLMFLEET_MOLECULE_ALL=1: its time does not fit CI's budget yet.
 if ((${#scenarios[@]} == 0)); then
   for d in molecule/*/molecule.yml; do
-    s=$(basename "$(dirname "$d")")
-    if [[ $only_when_named == *" $s "* && ${LLMFLEET_MOLECULE_ALL:-0} != 1 ]]; then
-      echo "molecule: $s runs only when named (make molecule SCENARIO=$s)"
+    s=$(dirname "$d")
+    if [[ -e $s/NAMED_ONLY && ${LLMFLEET_MOLECULE_ALL:-0} != 1 ]]; then
+      echo "molecule: ${s#molecule/} runs only when named (make molecule SCENARIO=${s#molecule/}; $s/NAMED_ONLY says why)"
       continue
     fi
-    scenarios+=("$s")
+    scenarios+=("${s#molecule/}")
   done
 fi
 # Pass molecule's output through, timing its actions: "[scenario > action] Executing" starts one,

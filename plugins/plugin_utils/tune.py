@@ -1,0 +1,264 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tuning a running fleet for speed (playbooks/tune.yml, docs/tune.md).
+
+Controller only. Three steps, each a pure function of plain data:
+
+- :func:`predict`: the predicted tokens/s of ANY plan dict (the running one, planned by memory
+  before a profile existed, included) under the fleet's current speed figures, with the time
+  model of :mod:`speed` (the plan's own ``speed`` was computed with older figures, or none).
+- :func:`decide`: redeploy the speed plan only when its predicted gain over the running plan is
+  more than ``min_gain`` (a fraction: 0.10 = 10 %); the reason is a sentence for the output.
+- :func:`report`: tune.json from the measured rounds (the two plans alternated: A, B, A, B, so
+  that the machine's drift weighs on both) and the before/after table.
+"""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+import math
+import statistics
+import types
+from typing import Any, Dict, List, Mapping, Sequence
+
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import Model
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import estimate, figures_of
+
+__metaclass__ = type
+
+# The measured order of the two plans when the speed plan is deployed: the running plan (A)
+# first, as it is, then the new one (B), then each once more; the fleet ends on B.
+SCHEDULE = ("before", "after", "before", "after")
+
+
+class TuneError(ValueError):
+    """A plan or a measurement tune cannot use (the message names the host or the value)."""
+
+
+def _counts(plan: Mapping[str, Any]) -> Dict[str, Any]:
+    """The parts of a placement in a plan dict: head layers, workers in --rpc order with their
+    repeating layers, and whether the head keeps the output layer."""
+    hosts = plan.get("hosts")
+    if not isinstance(hosts, list) or not hosts:
+        raise TuneError("the plan has no hosts (got %r): run playbooks/site.yml first" % (hosts,))
+    head = str(plan.get("head") or hosts[0].get("name"))
+    head_layers, workers, output_on_head = 0, [], False
+    for host in hosts:
+        name = str(host.get("name"))
+        span = host.get("layers") or [0, 0]
+        try:
+            count = int(span[1]) - int(span[0])
+        except (TypeError, ValueError, IndexError) as err:
+            raise TuneError("host %s: layers must be [first, last), got %r" % (name, span)) from err
+        if count < 0:
+            raise TuneError("host %s: layers must be [first, last), got %r" % (name, span))
+        if name == head:
+            head_layers = count
+            output_on_head = bool(host.get("output_layer"))
+        else:
+            workers.append((name, count))
+    return {"head": head, "head_layers": head_layers, "workers": workers, "output_on_head": output_on_head}
+
+
+def predict(
+    plan: Mapping[str, Any], speed: Mapping[str, Mapping[str, Any]], layout: Mapping[str, Any]
+) -> Dict[str, Any]:
+    """The predicted ``tokens_per_second`` / ``ms_per_token`` / ``ttft_s`` / ``bottleneck`` of a
+    plan under ``speed`` (host -> {ms_per_layer, rtt_ms, mbit_s}, profile_speed's ``speed``).
+
+    Raises :class:`TuneError` naming a host the plan uses that has no (usable) figures."""
+    parts = _counts(plan)
+    model = Model.from_layout(dict(layout))
+    figures = {}
+    names = [parts["head"]] + [name for name, _count in parts["workers"]]
+    for i, name in enumerate(names):
+        try:
+            fig = figures_of({"name": name, "speed": speed.get(name)}, "head" if i == 0 else "worker")
+        except ValueError as err:
+            raise TuneError(str(err)) from err
+        if fig is None:
+            raise TuneError(
+                "host %s: no speed figures to predict the plan with (measure it: playbooks/profile.yml)"
+                % name
+            )
+        figures[name] = fig
+    est = estimate(
+        model,
+        types.SimpleNamespace(name=parts["head"]),
+        [types.SimpleNamespace(name=name) for name, _count in parts["workers"]],
+        parts["head_layers"],
+        [count for _name, count in parts["workers"]],
+        parts["output_on_head"],
+        figures,
+    )
+    return est.to_plan()
+
+
+def decide(
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    speed: Mapping[str, Mapping[str, Any]],
+    layout: Mapping[str, Any],
+    min_gain: float = 0.10,
+) -> Dict[str, Any]:
+    """Whether to redeploy ``after`` (the speed plan) in place of ``before`` (the running plan).
+
+    Returns ``redeploy``, ``gain`` (predicted after / before - 1), both predictions, the
+    ``schedule`` of measured rounds and ``reason``."""
+    try:
+        min_gain = float(min_gain)
+    except (TypeError, ValueError) as err:
+        raise TuneError("tune_min_gain must be a number >= 0, got %r" % (min_gain,)) from err
+    if not math.isfinite(min_gain) or min_gain < 0:
+        raise TuneError("tune_min_gain must be a number >= 0, got %r" % (min_gain,))
+    if after.get("ok") is False:
+        raise TuneError("the speed plan failed: %s" % after.get("msg", "no placement"))
+    pred_before = predict(before, speed, layout)
+    pred_after = predict(after, speed, layout)
+    same = list(before.get("llama_server_args") or []) == list(after.get("llama_server_args") or [])
+    gain = pred_after["tokens_per_second"] / pred_before["tokens_per_second"] - 1.0
+    if same:
+        redeploy = False
+        reason = (
+            "the fleet already runs the speed plan (the same llama-server arguments): nothing to redeploy"
+        )
+    elif gain > min_gain:
+        redeploy = True
+        reason = (
+            "redeploy: the speed plan is predicted %.0f%% faster (%.2f -> %.2f tokens/s), above %.0f%%"
+            % (
+                100 * gain,
+                pred_before["tokens_per_second"],
+                pred_after["tokens_per_second"],
+                100 * min_gain,
+            )
+        )
+    else:
+        redeploy = False
+        reason = (
+            "no redeploy: the speed plan is predicted %+.0f%% (%.2f -> %.2f tokens/s), not above %.0f%%"
+            % (100 * gain, pred_before["tokens_per_second"], pred_after["tokens_per_second"], 100 * min_gain)
+        )
+    return {
+        "redeploy": redeploy,
+        "gain": round(gain, 4),
+        "min_gain": min_gain,
+        "predicted_before": pred_before,
+        "predicted_after": pred_after,
+        "schedule": list(SCHEDULE) if redeploy else ["before"],
+        "reason": reason,
+    }
+
+
+def _measure(name: str, summary: Mapping[str, Any]) -> Dict[str, float]:
+    """tokens/s and TTFT (medians) of one round from api_bench's summary."""
+
+    def median(key: str) -> float:
+        block = summary.get(key) or {}
+        value = block.get("median") if isinstance(block, Mapping) else None
+        ok = (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > 0
+        )
+        if not ok:
+            raise TuneError(
+                "round %s: %s median must be a finite number > 0, got %r (ok requests: %r)"
+                % (name, key, value, summary.get("ok"))
+            )
+        return float(value)
+
+    return {"tokens_per_second": median("output_tps"), "ttft_s": median("ttft_seconds")}
+
+
+def report(
+    decision: Mapping[str, Any],
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    rounds: Sequence[Mapping[str, Any]],
+) -> Dict[str, Any]:
+    """tune.json: ``before`` and ``after`` (measured tokens/s and TTFT, the median over that plan's
+    rounds, and its ``llama_server_args``), ``predicted_tokens_per_second`` of each, ``ratio``
+    (after / before, measured), the rounds, the decision and the table (a list of lines).
+
+    ``rounds``: one ``{plan: before|after, summary: <api_bench summary>}`` per measured round.
+    Without a redeploy ``after`` is the running plan, measured by the same rounds."""
+    measured: Dict[str, List[Dict[str, float]]] = {"before": [], "after": []}
+    shown: List[Dict[str, Any]] = []
+    for i, entry in enumerate(rounds):
+        which = entry.get("plan")
+        if which not in measured:
+            raise TuneError("round %d: plan must be before or after, got %r" % (i + 1, which))
+        m = _measure("%d (%s)" % (i + 1, which), entry.get("summary") or {})
+        measured[which].append(m)
+        shown.append(dict(m, plan=which))
+    if not measured["before"]:
+        raise TuneError("no measured round of the running plan")
+    redeployed = bool(decision.get("redeploy"))
+    if redeployed and not measured["after"]:
+        raise TuneError("the speed plan was deployed but no round measured it")
+    if not redeployed:
+        measured["after"] = measured["before"]
+        after = before
+
+    def side(which: str, plan: Mapping[str, Any], predicted: Mapping[str, Any]) -> Dict[str, Any]:
+        runs = measured[which]
+        return {
+            "tokens_per_second": round(statistics.median(r["tokens_per_second"] for r in runs), 3),
+            "ttft_s": round(statistics.median(r["ttft_s"] for r in runs), 4),
+            "predicted_tokens_per_second": predicted.get("tokens_per_second"),
+            "llama_server_args": list(plan.get("llama_server_args") or []),
+            "rounds": len(runs),
+        }
+
+    pred_after = decision["predicted_after"] if redeployed else decision["predicted_before"]
+    out_before = side("before", before, decision["predicted_before"])
+    out_after = side("after", after, pred_after)
+    ratio = out_after["tokens_per_second"] / out_before["tokens_per_second"]
+    out = {
+        "before": out_before,
+        "after": out_after,
+        "predicted_tokens_per_second": {
+            "before": out_before["predicted_tokens_per_second"],
+            "after": out_after["predicted_tokens_per_second"],
+        },
+        "ratio": round(ratio, 3),
+        "redeployed": redeployed,
+        "predicted_gain": decision.get("gain"),
+        "min_gain": decision.get("min_gain"),
+        "reason": decision.get("reason"),
+        "rounds": shown,
+    }
+    out["table"] = table(out)
+    return out
+
+
+def table(result: Mapping[str, Any]) -> List[str]:
+    """The before/after table as lines of fixed-width text."""
+    lines = [
+        "%-7s %12s %12s %8s  %s" % ("plan", "tokens/s", "predicted", "ttft s", "llama-server arguments"),
+    ]
+    for which in ("before", "after"):
+        side = result[which]
+        predicted = side.get("predicted_tokens_per_second")
+        lines.append(
+            "%-7s %12.2f %12s %8.3f  %s"
+            % (
+                which,
+                side["tokens_per_second"],
+                "%.2f" % predicted if isinstance(predicted, (int, float)) else "-",
+                side["ttft_s"],
+                " ".join(side["llama_server_args"]),
+            )
+        )
+    lines.append(
+        "measured after/before: %.2fx over %d rounds (%s); %s"
+        % (
+            result["ratio"],
+            len(result["rounds"]),
+            ", ".join(r["plan"] for r in result["rounds"]),
+            result.get("reason"),
+        )
+    )
+    return lines

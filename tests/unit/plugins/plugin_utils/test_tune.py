@@ -1,0 +1,131 @@
+"""tune.yml's decisions and report (plugins/plugin_utils/tune.py), on cases computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.llmfleet.cluster.plugins.filter.tune_decide import tune_decide
+from ansible_collections.llmfleet.cluster.plugins.filter.tune_report import tune_report
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import tune as T
+
+from tests.unit.plugins.plugin_utils.test_placement import layout
+
+# n_embd 256 -> an activation row is 1024 bytes; at 8 Mbit/s one byte takes 1 microsecond.
+LAYOUT = layout(n_layer=8)
+SPEED = {
+    "head": {"ms_per_layer": 2.0},
+    "fast": {"ms_per_layer": 1.0, "rtt_ms": 1.0, "mbit_s": 8.0},
+    "nas": {"ms_per_layer": 4.0, "rtt_ms": 1.0, "mbit_s": 8.0},
+}
+
+
+def plan(fast, nas, args):
+    """A two-worker plan, the output layer on the head (the shape of molecule/tune's plans)."""
+    return {
+        "head": "head",
+        "hosts": [
+            {"name": "head", "layers": [0, 0], "output_layer": True},
+            {"name": "fast", "layers": [0, fast], "output_layer": False},
+            {"name": "nas", "layers": [fast, fast + nas], "output_layer": False},
+        ],
+        "workers": ["fast", "nas"],
+        "llama_server_args": ["--tensor-split", args],
+    }
+
+
+MEMORY = plan(4, 4, "4,4")
+SPEEDY = plan(7, 1, "7,1")
+
+
+def test_predict_any_plan_with_the_current_figures():
+    got = T.predict(MEMORY, SPEED, LAYOUT)
+    # compute 4 x 1 + 4 x 4 = 20; each link rtt 1 + a row in and out 2 x 1.024
+    assert got["ms_per_token"] == pytest.approx(20 + 2 * (1 + 2.048), abs=1e-3)
+    assert got["tokens_per_second"] == pytest.approx(1000 / 26.096, abs=0.01)
+    got = T.predict(SPEEDY, SPEED, LAYOUT)
+    assert got["ms_per_token"] == pytest.approx(7 + 4 + 2 * 3.048, abs=1e-3)
+
+
+def test_redeploy_above_the_threshold_with_the_schedule_a_b_a_b():
+    d = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10)
+    # 26.096 / 17.096 - 1 = 52.6 %
+    assert d["redeploy"] is True
+    assert d["gain"] == pytest.approx(26.096 / 17.096 - 1, abs=1e-3)
+    assert d["schedule"] == ["before", "after", "before", "after"]
+    assert d["reason"].startswith("redeploy: the speed plan is predicted 53% faster")
+
+
+def test_no_redeploy_at_or_below_the_threshold():
+    d = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.60)
+    assert d["redeploy"] is False and d["schedule"] == ["before"]
+    assert d["reason"].startswith("no redeploy: the speed plan is predicted +53%")
+    assert "not above 60%" in d["reason"]
+
+
+def test_the_same_arguments_are_never_redeployed():
+    d = T.decide(SPEEDY, dict(SPEEDY), SPEED, LAYOUT, 0.0)
+    assert d["redeploy"] is False and d["gain"] == 0
+    assert "already runs the speed plan" in d["reason"]
+
+
+def test_a_host_without_figures_is_named():
+    with pytest.raises(T.TuneError, match="host nas: no speed figures"):
+        T.predict(MEMORY, {k: v for k, v in SPEED.items() if k != "nas"}, LAYOUT)
+    with pytest.raises(AnsibleFilterError, match=r"tune_decide: host fast: speed\.mbit_s must be"):
+        tune_decide(MEMORY, SPEEDY, dict(SPEED, fast={"ms_per_layer": 1, "rtt_ms": 1, "mbit_s": 0}), LAYOUT)
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), "x"])
+def test_a_bad_threshold_is_refused(bad):
+    with pytest.raises(T.TuneError, match="tune_min_gain"):
+        T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, bad)
+
+
+def summary(tps, ttft=0.5):
+    return {"ok": 2, "output_tps": {"median": tps}, "ttft_seconds": {"median": ttft}}
+
+
+def test_report_takes_the_median_of_each_plans_rounds():
+    d = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10)
+    rounds = [
+        {"plan": "before", "summary": summary(10.0, 0.8)},
+        {"plan": "after", "summary": summary(16.0, 0.4)},
+        {"plan": "before", "summary": summary(12.0, 1.0)},
+        {"plan": "after", "summary": summary(20.0, 0.6)},
+    ]
+    r = tune_report(d, MEMORY, SPEEDY, rounds)
+    assert r["before"]["tokens_per_second"] == 11.0 and r["after"]["tokens_per_second"] == 18.0
+    assert r["before"]["ttft_s"] == 0.9 and r["after"]["ttft_s"] == 0.5
+    assert r["ratio"] == pytest.approx(18 / 11, abs=1e-3)
+    assert r["before"]["llama_server_args"] == ["--tensor-split", "4,4"]
+    assert r["after"]["llama_server_args"] == ["--tensor-split", "7,1"]
+    assert r["predicted_tokens_per_second"]["after"] == pytest.approx(1000 / 17.096, abs=0.01)
+    assert r["redeployed"] is True
+    assert r["table"][1].split()[:3] == ["before", "11.00", "%.2f" % (1000 / 26.096)]
+    assert r["table"][-1].startswith(
+        "measured after/before: 1.64x over 4 rounds (before, after, before, after)"
+    )
+
+
+def test_report_without_a_redeploy_is_the_running_plan_on_both_sides():
+    d = T.decide(SPEEDY, SPEEDY, SPEED, LAYOUT)
+    r = T.report(d, SPEEDY, MEMORY, [{"plan": "before", "summary": summary(18.0)}])
+    assert r["redeployed"] is False and r["ratio"] == 1.0
+    assert r["after"]["llama_server_args"] == ["--tensor-split", "7,1"]
+    assert "nothing to redeploy" in r["table"][-1]
+
+
+@pytest.mark.parametrize("tps", [0, -1.0, math.nan, None])
+def test_a_round_without_a_usable_measurement_is_named(tps):
+    d = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT)
+    rounds = [{"plan": "before", "summary": summary(10.0)}, {"plan": "after", "summary": summary(tps)}]
+    with pytest.raises(T.TuneError, match=r"round 2 \(after\): output_tps median"):
+        T.report(d, MEMORY, SPEEDY, rounds)
+
+
+def test_a_redeploy_without_a_round_of_the_speed_plan_is_refused():
+    d = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT)
+    with pytest.raises(AnsibleFilterError, match="no round measured it"):
+        tune_report(d, MEMORY, SPEEDY, [{"plan": "before", "summary": summary(10.0)}])
