@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -214,7 +215,7 @@ def _start_lan_fleet(plan: dict) -> None:
     sh(
         HEAD,
         f"systemctl reset-failed wg-ab-server 2>/dev/null; systemd-run --unit wg-ab-server -p User=llmfleet "
-        f"{LLAMA}/llama-server -m {model} --host 127.0.0.1 --port {AB_API} {' '.join(args)}",
+        f"{LLAMA}/llama-server -m {model} --host 127.0.0.1 --port {AB_API} {shlex.join(args)}",
     )
     sh(
         HEAD,
