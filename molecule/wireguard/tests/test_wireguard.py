@@ -93,9 +93,9 @@ def complete(port: int, key: bool, max_tokens: int = 32, prompt: str = PROMPT) -
     auth = '-H "Authorization: Bearer $(cat /etc/llmfleet/api-key)"' if key else ""
     out = sh(
         HEAD,
-        f"curl -sf --max-time 120 {auth} -H 'Content-Type: application/json' -d @- "
+        f"curl -sf --max-time 600 {auth} -H 'Content-Type: application/json' -d @- "
         f"http://127.0.0.1:{port}/v1/chat/completions <<'EOF'\n{body}\nEOF",
-        timeout=150,
+        timeout=660,
     )
     return json.loads(out)
 
