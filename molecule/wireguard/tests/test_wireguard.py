@@ -217,9 +217,11 @@ def _start_lan_fleet(plan: dict) -> None:
         f"systemctl reset-failed wg-ab-server 2>/dev/null; systemd-run --unit wg-ab-server -p User=llmfleet "
         f"{LLAMA}/llama-server -m {model} --host 127.0.0.1 --port {AB_API} {shlex.join(args)}",
     )
+    # loading the model over RPC takes minutes on a loaded machine
     sh(
         HEAD,
-        f"for i in $(seq 120); do curl -sf http://127.0.0.1:{AB_API}/health && exit 0; sleep 1; done; exit 1",
+        f"for i in $(seq 600); do curl -sf http://127.0.0.1:{AB_API}/health && exit 0; sleep 1; done; exit 1",
+        timeout=660,
     )
 
 
