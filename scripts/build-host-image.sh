@@ -10,7 +10,7 @@ ARCHIVE=$CACHE/images/llmfleet-host-bookworm.tar
 export CONTAINERS_CONF=$CACHE/podman/containers.conf CONTAINERS_STORAGE_CONF=$CACHE/podman/storage.conf
 # Extra packages the roles and tests use on the hosts.
 EXTRA=(systemd systemd-sysv python3 python3-apt iproute2 iputils-ping procps sudo dbus ca-certificates
-       curl nftables libgomp1 libssl3 libstdc++6 cmake ninja-build g++ make)
+       curl nftables libgomp1 libssl3 libstdc++6 cmake ninja-build g++ make wireguard-tools wireguard-go)
 STAMP="$(printf '%s\n' "${EXTRA[@]}" | sha256sum | cut -c1-12)"
 if podman image exists "$IMAGE" && [[ "$(podman image inspect -f '{{index .Labels "llmfleet.stamp"}}' "$IMAGE" 2>/dev/null)" == "$STAMP" ]]; then
   exit 0

@@ -6,7 +6,7 @@ set -euo pipefail
 CACHE=${CACHE:-$(cd "$(dirname "$0")/.." && pwd)/.cache}
 PKGS=(podman runc crun fuse-overlayfs slirp4netns uidmap debootstrap containernetworking-plugins
       iptables netavark aardvark-dns cmake ninja-build g++ make curl ca-certificates python3-venv
-      nftables chromium prometheus shellcheck)
+      nftables chromium prometheus shellcheck tcpdump)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -31,6 +31,12 @@ options:
     description: Value of the C(fleet) label.
     type: str
     default: llmfleet
+  addresses:
+    description:
+      - Host -> the address Prometheus reaches it by, in place of its plan address (with WireGuard
+        the workers' plan addresses are tunnel addresses).
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -56,9 +62,15 @@ from ansible_collections.llmfleet.cluster.plugins.module_utils.monitoring import
 )
 
 
-def scrape_targets(plan, api_port=8080, node_port=9100, fleet="llmfleet"):
+def scrape_targets(plan, api_port=8080, node_port=9100, fleet="llmfleet", addresses=None):
     try:
-        return _scrape_targets(plan, api_port=int(api_port), node_port=int(node_port), fleet=str(fleet))
+        return _scrape_targets(
+            plan,
+            api_port=int(api_port),
+            node_port=int(node_port),
+            fleet=str(fleet),
+            addresses=dict(addresses or {}),
+        )
     except MonitoringError as exc:
         raise AnsibleFilterError("scrape_targets: {0}".format(exc)) from exc
 

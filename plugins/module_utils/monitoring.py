@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Optional
 
 
 class MonitoringError(Exception):
@@ -13,16 +13,24 @@ class MonitoringError(Exception):
 
 
 def scrape_targets(
-    plan: Mapping[str, object], api_port: int = 8080, node_port: int = 9100, fleet: str = "llmfleet"
+    plan: Mapping[str, object],
+    api_port: int = 8080,
+    node_port: int = 9100,
+    fleet: str = "llmfleet",
+    addresses: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, List[Dict[str, object]]]:
     """file_sd content per job: ``llama-server`` / ``vllm`` (the head) and ``node`` (every plan host).
 
     The head's API is scraped as llama-server for the ``llama_cpp`` backend and as vLLM for
     ``vllm``; the other list is empty. Hosts without an ``address`` are named in the error.
+    ``addresses`` (host -> address) replaces a host's plan address: with WireGuard the workers'
+    plan addresses are tunnel addresses, which a Prometheus outside the tunnel cannot reach.
     """
     hosts = plan.get("hosts")
     if not isinstance(hosts, list) or not hosts:
         raise MonitoringError("the plan has no list 'hosts'")
+    override = {str(k): str(v) for k, v in (addresses or {}).items() if v}
+    hosts = [dict(h, address=override.get(str(h.get("name")), h.get("address"))) for h in hosts]
     head = plan.get("head")
     missing = [str(h.get("name")) for h in hosts if not h.get("address")]
     if missing:

@@ -253,3 +253,11 @@ def test_scrape_targets_name_hosts_without_an_address() -> None:
     plan = {"head": "h", "hosts": [{"name": "h", "address": "1.2.3.4"}, {"name": "w9"}]}
     with pytest.raises(MonitoringError, match="w9"):
         scrape_targets(plan)
+
+
+def test_scrape_targets_take_the_addresses_prometheus_reaches() -> None:
+    # WireGuard: w1's plan address is its tunnel address; Prometheus outside the tunnel gets its LAN one
+    plan = dict(PLAN, hosts=[dict(PLAN["hosts"][0]), dict(PLAN["hosts"][1], address="10.213.0.7")])
+    targets = scrape_targets(plan, addresses={"w1": "10.89.0.3", "nothere": "1.1.1.1"})
+    assert [t["targets"] for t in targets["node"]] == [["10.89.0.2:9100"], ["10.89.0.3:9100"]]
+    assert targets["llama-server"][0]["targets"] == ["10.89.0.2:8080"]

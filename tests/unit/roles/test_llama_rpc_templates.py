@@ -60,6 +60,8 @@ def render(template: str, host: str, extra: dict | None = None) -> str:
             "inventory_hostname": host,
             "ansible_managed": "Ansible managed",
             "_llama_rpc_worker_binary_path": "/opt/llmfleet/llama.cpp/current/ggml-rpc-server",
+            # The LAN mode; the WireGuard tests below turn it on.
+            "llmfleet_wireguard": False,
         }
     )
     variables.update(extra or {})
@@ -122,6 +124,40 @@ def test_firewall_admits_only_the_head() -> None:
     ruleset = render("systemd/firewall.nft.j2", "w1")
     rules = [line.strip() for line in ruleset.splitlines() if "dport" in line]
     assert rules == ["tcp dport 50052 ip saddr 10.9.0.2 accept", "tcp dport 50052 counter drop"]
+
+
+# WireGuard: the plan's worker addresses are tunnel addresses; the head's tunnel address comes from
+# the fact llmfleet.cluster.wireguard set on the head (its plan address stays its LAN address).
+TUNNEL = {
+    "llmfleet_wireguard": True,
+    "hostvars": {"head1": {"llmfleet_wireguard_address": "10.213.0.9"}},
+}
+
+
+def test_firewall_admits_only_the_heads_tunnel_address_on_the_tunnel() -> None:
+    ruleset = render("systemd/firewall.nft.j2", "w1", TUNNEL)
+    rules = [line.strip() for line in ruleset.splitlines() if "dport" in line]
+    assert rules == [
+        'iifname "llmfleet" tcp dport 50052 ip saddr 10.213.0.9 accept',
+        "tcp dport 50052 counter drop",
+    ]
+    assert "10.9.0.2" not in ruleset
+
+
+def test_worker_unit_waits_for_the_tunnel() -> None:
+    unit = render("systemd/llmfleet-rpc-server.service.j2", "w1", TUNNEL)
+    assert "wg-quick@llmfleet.service" in directive(unit, "After")[0].split()
+    assert "wg-quick@llmfleet.service" in directive(unit, "Wants")[0].split()
+    lan = render("systemd/llmfleet-rpc-server.service.j2", "w1")
+    assert "wg-quick" not in lan
+
+
+@pytest.mark.skipif(not shutil.which("nft") or os.geteuid() != 0, reason="needs nft and root")
+def test_tunnel_firewall_ruleset_passes_nft_check(tmp_path: Path) -> None:
+    path = tmp_path / "firewall.nft"
+    path.write_text(render("systemd/firewall.nft.j2", "w2", TUNNEL))
+    proc = subprocess.run(["nft", "-c", "-f", str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.skipif(not shutil.which("nft") or os.geteuid() != 0, reason="needs nft and root")
