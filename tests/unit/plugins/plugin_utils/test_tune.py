@@ -41,26 +41,27 @@ SPEEDY = plan(7, 1, "7,1")
 
 def test_predict_any_plan_with_the_current_figures():
     got = T.predict(MEMORY, SPEED, LAYOUT)
-    # compute 4 x 1 + 4 x 4 = 20; each link rtt 1 + a row in and out 2 x 1.024
-    assert got["ms_per_token"] == pytest.approx(20 + 2 * (1 + 2.048), abs=1e-3)
-    assert got["tokens_per_second"] == pytest.approx(1000 / 26.096, abs=0.01)
+    # compute 4 x 1 + 4 x 4 = 20; the output layer on the head: its 5 MiB weigh less than one
+    # 10 MiB layer, so one layer at the head's 2 ms; each link rtt 1 + a row in and out 2 x 1.024
+    assert got["ms_per_token"] == pytest.approx(20 + 2 + 2 * (1 + 2.048), abs=1e-3)
+    assert got["tokens_per_second"] == pytest.approx(1000 / 28.096, abs=0.01)
     got = T.predict(SPEEDY, SPEED, LAYOUT)
-    assert got["ms_per_token"] == pytest.approx(7 + 4 + 2 * 3.048, abs=1e-3)
+    assert got["ms_per_token"] == pytest.approx(7 + 4 + 2 + 2 * 3.048, abs=1e-3)
 
 
 def test_redeploy_above_the_threshold_with_the_schedule_a_b_a_b():
     d = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10)
-    # 26.096 / 17.096 - 1 = 52.6 %
+    # 28.096 / 19.096 - 1 = 47.1 %
     assert d["redeploy"] is True
-    assert d["gain"] == pytest.approx(26.096 / 17.096 - 1, abs=1e-3)
+    assert d["gain"] == pytest.approx(28.096 / 19.096 - 1, abs=1e-3)
     assert d["schedule"] == ["before", "after", "before", "after"]
-    assert d["reason"].startswith("redeploy: the speed plan is predicted 53% faster")
+    assert d["reason"].startswith("redeploy: the speed plan is predicted 47% faster")
 
 
 def test_no_redeploy_at_or_below_the_threshold():
     d = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.60)
     assert d["redeploy"] is False and d["schedule"] == ["before"]
-    assert d["reason"].startswith("no redeploy: the speed plan is predicted +53%")
+    assert d["reason"].startswith("no redeploy: the speed plan is predicted +47%")
     assert "not above 60%" in d["reason"]
 
 
@@ -101,9 +102,9 @@ def test_report_takes_the_median_of_each_plans_rounds():
     assert r["ratio"] == pytest.approx(18 / 11, abs=1e-3)
     assert r["before"]["llama_server_args"] == ["--tensor-split", "4,4"]
     assert r["after"]["llama_server_args"] == ["--tensor-split", "7,1"]
-    assert r["predicted_tokens_per_second"]["after"] == pytest.approx(1000 / 17.096, abs=0.01)
+    assert r["predicted_tokens_per_second"]["after"] == pytest.approx(1000 / 19.096, abs=0.01)
     assert r["redeployed"] is True
-    assert r["table"][1].split()[:3] == ["before", "11.00", "%.2f" % (1000 / 26.096)]
+    assert r["table"][1].split()[:3] == ["before", "11.00", "%.2f" % (1000 / 28.096)]
     assert r["table"][-1].startswith(
         "measured after/before: 1.64x over 4 rounds (before, after, before, after)"
     )
