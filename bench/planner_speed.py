@@ -111,7 +111,7 @@ def playbook(inventory: str, name: str, out_dir: str, log: str, *extra: str) -> 
     cmd += ["-e", "llmfleet_output_dir=" + out_dir, *extra]
     t0 = time.monotonic()
     with open(log, "w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, check=False).returncode
     print(
         f"  {name} {' '.join(extra)}: rc {rc}, {time.monotonic() - t0:.0f} s (log {log})",
         flush=True,
@@ -335,7 +335,7 @@ def main() -> int:
             for name, plan in variants.items():
                 load_s = head.serve(plan, tmp)
                 head.request(4)  # warm-up
-                for _ in range(args.requests):
+                for _round in range(args.requests):
                     t = head.request(args.max_tokens)
                     t["load_s"] = load_s
                     samples[name].append(t)
@@ -418,7 +418,7 @@ def main() -> int:
                 f,
                 indent=2,
             )
-    return 0 if all(ok for _, ok in checks) else 1
+    return 0 if all(ok for _name, ok in checks) else 1
 
 
 if __name__ == "__main__":

@@ -37,8 +37,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: In check mode the module makes no key and writes nothing; it reports whether it would.
   diff_mode:
     support: none
+    description: The module reports no differences.
 seealso:
   - name: WireGuard documentation
     description: docs/wireguard.md in the collection.

@@ -33,8 +33,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: The module never changes anything; it runs the same way in check mode.
   diff_mode:
     support: none
+    description: The module reports no differences.
 seealso:
   - name: WireGuard documentation
     description: docs/wireguard.md in the collection.

@@ -85,7 +85,7 @@ def tunnel_addresses(
         if not value:
             continue
         try:
-            ip = netaddr.IPAddress(str(value).split("/")[0])
+            ip = netaddr.IPAddress(str(value).split("/", maxsplit=1)[0])
         except (netaddr.AddrFormatError, ValueError):
             continue
         if ip.version == 4 and first <= int(ip) <= last and int(ip) not in taken:

@@ -303,7 +303,7 @@ def test_a_completion_with_the_key_and_401_without(first_answer, group, lws, api
     assert first_answer["usage"]["completion_tokens"] == 8
     status, text = complete(group, lws, None)
     assert status == 401, f"without the key: {status} {text[:200]}"
-    status, _ = complete(group, lws, "not-the-key-" + "x" * 20)
+    status, _text = complete(group, lws, "not-the-key-" + "x" * 20)
     assert status == 401
     print(f"\nvllm_lws: with the key 200, {first_answer['usage']}; without 401; a wrong key 401")
 
