@@ -341,7 +341,7 @@ def main() -> int:
         if mirror is not None:
             mirror.terminate()
             mirror.wait(timeout=10)
-        started = ensure_rpc_servers(original, workers)
+        rpc_started = ensure_rpc_servers(original, workers)
         default = copy.deepcopy(plans["memory"])
         # every worker of the inventory, in inventory order, at the address the plan was made for
         where = {h["name"]: h for h in original["planned_with"]["hosts"]}
@@ -406,7 +406,7 @@ def main() -> int:
             print("restored the fleet's own plan", flush=True)
         except Exception as e:
             print(f"could not restore the fleet's plan: {e}", file=sys.stderr)
-        for w in locals().get("started") or []:
+        for w in locals().get("rpc_started") or []:
             subprocess.run(["podman", "exec", w, "systemctl", "stop", RPC_UNIT], check=False)
     rows = []
     for name in variants:
