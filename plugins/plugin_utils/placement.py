@@ -38,6 +38,7 @@ import math
 import struct
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import targets
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import (
     check_hosts,
     check_options,
@@ -92,6 +93,11 @@ class PlacementError(Exception):
 # Inputs
 
 
+def budget_mib(usable_mib: Any, reserve_mib: Any) -> float:
+    """What the plan may put on a host: its usable MiB minus its reserve (missing counts as 0)."""
+    return float(usable_mib or 0) - float(reserve_mib or 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Host:
     name: str
@@ -105,7 +111,7 @@ class Host:
 
     @property
     def budget_mib(self) -> float:
-        return self.usable_mib - self.reserve_mib
+        return budget_mib(self.usable_mib, self.reserve_mib)
 
     @property
     def endpoint(self) -> Optional[str]:
@@ -1270,8 +1276,8 @@ def make_plan(
     """
     if backend not in ("llama_cpp", "vllm"):
         raise ValueError("backend must be llama_cpp or vllm, got %r" % (backend,))
-    if target not in ("systemd", "kubernetes", "lws"):
-        raise ValueError("target must be systemd, kubernetes or lws, got %r" % (target,))
+    if target not in targets.names():
+        raise ValueError("target must be %s, got %r" % (" or ".join(targets.names()), target))
     if not isinstance(model, dict) or not (model.get("file") or model.get("url") or model.get("hf_dir")):
         raise ValueError("llmfleet_model needs a file or a url (or an hf_dir), got %r" % (model,))
     sha = model.get("sha256")
