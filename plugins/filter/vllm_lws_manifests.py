@@ -54,7 +54,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.vllm import VllmLwsError, render
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.vllm import VllmLwsError, render
 
 
 def vllm_lws_manifests(plan, facts, options=None):

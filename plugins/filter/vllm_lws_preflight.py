@@ -16,7 +16,7 @@ description:
     when the stage hosts mix architectures (one LeaderWorkerSet group has one worker pod template),
     or when a pod's requests (= limits) do not fit a node's usable memory or CPUs.
   - Returns what was decided; C(warnings) lists hosts whose support is only C(limited).
-  - The logic lives in C(plugins/module_utils/vllm.py); see docs/vllm-lws.md.
+  - The logic lives in C(plugins/plugin_utils/vllm.py); see docs/vllm-lws.md.
 options:
   _input:
     description: The plan, C(llmfleet_plan); its C(vllm) section gives pipeline_size, pp_layer_partition, stages, kvcache_space_gib.
@@ -60,7 +60,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.vllm import (
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.vllm import (
     VllmLwsError,
     choice_summary,
     run_preflight,

@@ -1,4 +1,4 @@
-"""plugins/module_utils/llama_rpc_k8s.py: the plan grouped for the Kubernetes manifests."""
+"""plugins/plugin_utils/llama_rpc_k8s.py: the plan grouped for the Kubernetes manifests."""
 
 from __future__ import annotations
 
