@@ -22,10 +22,6 @@ options:
     description: The plan, C(llmfleet_plan); its C(vllm) section gives pipeline_size, pp_layer_partition, stages, kvcache_space_gib.
     type: dict
     required: true
-  facts:
-    description: Host name to that host's C(llmfleet_host) facts, for every stage host.
-    type: dict
-    required: true
   options:
     description:
       - Choices, keys as the role's variables without the C(vllm_lws_) prefix
@@ -33,6 +29,8 @@ options:
         allow_mixed_arch, node_names).
     type: dict
     default: {}
+extends_documentation_fragment:
+  - llmfleet.cluster.plan.facts
 """
 
 EXAMPLES = r"""
