@@ -152,6 +152,16 @@ def figures_from_plans(plans: list[dict]) -> dict[str, Figures]:
     return figs
 
 
+def figures_from_profile(profile: dict) -> dict[str, Figures]:
+    """Every measured host's figures in profile.json (a host neither plan uses has them too)."""
+    figs: dict[str, Figures] = {}
+    for name, entry in (profile.get("hosts") or {}).items():
+        compute, link = entry.get("compute") or {}, entry.get("link") or {}
+        if "ms_per_layer" in compute:
+            figs[name] = Figures(compute["ms_per_layer"], link.get("rtt_ms"), link.get("mbit_s"))
+    return figs
+
+
 def default_split_prediction(layout: dict, plan: dict, head: str, workers: list[str], figs: dict) -> dict:
     """The time model for llama.cpp's own split: equal shares over the --rpc devices in this
     order, the output layer on the last one (assign_slots, as placement.py models llama.cpp;
@@ -197,6 +207,50 @@ def start_mirror(inventory: str, out_dir: str, tmp: str) -> subprocess.Popen | N
     return proc
 
 
+RPC_UNIT = "llmfleet-rpc-server.service"
+RPC_BINARY = "/opt/llmfleet/llama.cpp/current/ggml-rpc-server"
+
+
+def ensure_rpc_servers(plan: dict, workers: list[str]) -> list[str]:
+    """An rpc-server on every worker of the inventory: site.yml runs one on the planned workers
+    only, the default split and the speed plan may use the others (profile.yml installed the
+    pinned llama.cpp on them). A transient unit of the same name, bounded; returns the workers
+    it was started on (stopped at the end)."""
+    started = []
+    where = {h["name"]: h for h in (plan.get("planned_with") or {}).get("hosts") or []}
+    for w in workers:
+        active = subprocess.run(
+            ["podman", "exec", w, "systemctl", "is-active", RPC_UNIT], text=True, capture_output=True
+        )
+        if active.stdout.strip() == "active":
+            continue
+        h = where[w]
+        sh(
+            [
+                "podman",
+                "exec",
+                w,
+                "systemd-run",
+                "--unit=" + RPC_UNIT,
+                "--collect",
+                "--property=RuntimeMaxSec=7200",
+                RPC_BINARY,
+                "--host",
+                h["address"],
+                "--port",
+                str(h.get("port") or 50052),
+                "--threads",
+                str(h.get("cpus") or 1),
+            ]
+        )
+        started.append(w)
+        print(
+            f"  started a transient rpc-server on {w} ({h['address']}:{h.get('port') or 50052})", flush=True
+        )
+    time.sleep(2.0)
+    return started
+
+
 class Head:
     def __init__(self, name: str):
         self.name = name
@@ -238,8 +292,10 @@ def main() -> int:
     ap.add_argument("--no-profile", action="store_true", help="use the profile.json already in --out-dir")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--requests", type=int, default=1, help="measured requests per variant per round")
-    ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--profile-tokens", type=int, default=24, help="tokens of profile.yml's request")
+    # 64, not 16: a request's decode rate carries about 0.5 s of its own start (16 tokens of the
+    # speed plan on demo-uneven: 10 tokens/s, 32 tokens: 16) that the per-token model does not have
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--profile-tokens", type=int, default=64, help="tokens of profile.yml's request")
     ap.add_argument("--json", help="write every figure here")
     args = ap.parse_args()
     started = time.monotonic()
@@ -287,21 +343,21 @@ def main() -> int:
         if mirror is not None:
             mirror.terminate()
             mirror.wait(timeout=10)
+        rpc_started = ensure_rpc_servers(original, workers)
         default = copy.deepcopy(plans["memory"])
-        rpc = (
-            ",".join(
-                w["endpoint"]
-                for w in sorted(
-                    (h for h in original["hosts"] if h.get("role") == "worker"),
-                    key=lambda h: workers.index(h["name"]),
-                )
-            )
-            if all("endpoint" in h for h in original["hosts"] if h.get("role") == "worker")
-            else None
-        )
+        # every worker of the inventory, in inventory order, at the address the plan was made for
+        where = {h["name"]: h for h in original["planned_with"]["hosts"]}
+        endpoints = {w: "{}:{}".format(where[w]["address"], where[w].get("port") or 50052) for w in workers}
+        rpc = ",".join(endpoints[w] for w in workers)
+        default["hosts"] = [h for h in default["hosts"] if h.get("role") == "head"] + [
+            {"name": w, "role": "worker", "endpoint": endpoints[w], "address": where[w]["address"]}
+            for w in workers
+        ]
         dargs = strip_split(default["llama_server_args"])
-        if rpc and "--rpc" in dargs:
+        if "--rpc" in dargs:
             dargs[dargs.index("--rpc") + 1] = rpc
+        else:
+            dargs = ["--rpc", rpc, *dargs]
         dargs += ["-ngl", "99"]  # every layer to the RPC devices, as a user of --rpc would run it
         default["llama_server_args"] = dargs
         default["workers"] = list(workers)
@@ -314,7 +370,8 @@ def main() -> int:
             )
         )
         layout = layout.to_dict()
-        figs = figures_from_plans([plans["memory"], plans["speed"]])
+        figs = figures_from_profile(profile)
+        figs.update(figures_from_plans([plans["memory"], plans["speed"]]))
         predicted = {
             "default": default_split_prediction(layout, default, head_name, workers, figs),
             "memory": plans["memory"].get("speed") or {},
@@ -351,6 +408,8 @@ def main() -> int:
             print("restored the fleet's own plan", flush=True)
         except Exception as e:
             print(f"could not restore the fleet's plan: {e}", file=sys.stderr)
+        for w in locals().get("rpc_started") or []:
+            subprocess.run(["podman", "exec", w, "systemctl", "stop", RPC_UNIT], check=False)
     rows = []
     for name in variants:
         tps = statistics.median(s["predicted_per_second"] for s in samples[name])

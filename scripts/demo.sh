@@ -5,7 +5,7 @@
 #   bash scripts/demo.sh up   [INVENTORY]   (make demo      DEMO_INVENTORY=...)
 #   bash scripts/demo.sh down [INVENTORY]   (make demo-down DEMO_INVENTORY=...)
 #
-# The inventory describes the "hardware": `demo_podman: {memory, cpus}` per host, and in its
+# The inventory describes the "hardware": `demo_podman: {memory, cpus, rate, cpu_shares}` per host, and in its
 # group_vars `demo_network: {name, subnet, gateway}`, `demo_image`, `demo_mirror_port`. The
 # pinned llama.cpp tarball and the model are served to the hosts from an HTTP mirror on the
 # network's gateway while site.yml runs (the same URL code path a real fleet uses); the fleet is
@@ -67,7 +67,8 @@ model_url = str((any_vars.get("llmfleet_model") or {}).get("url", "SmolLM2-135M-
 print("model_file", model_url.rstrip("/").rsplit("/", 1)[-1])
 for name in heads + workers:
     pod = hv[name].get("demo_podman") or {}
-    print("host", name, pod.get("memory", "512m"), pod.get("cpus", 1), pod.get("rate") or "-")
+    print("host", name, pod.get("memory", "512m"), pod.get("cpus", 1), pod.get("rate") or "-",
+          pod.get("cpu_shares") or "-")
 EOF
 )
 get() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' <<<"$spec"; }
@@ -116,16 +117,21 @@ if ! podman network exists "$net_name"; then
   echo "demo: created network $net_name ($net_subnet)"
 fi
 for line in "${host_lines[@]}"; do
-  read -r name memory cpus rate <<<"$line"
+  read -r name memory cpus rate shares <<<"$line"
+  # demo_podman.cpu_shares: the host's CPU weight against every other process of the machine
+  # (default 1024), so that a host of "1 CPU" gets it while the machine is shared; "-": default.
+  weight=()
+  [[ -z $shares || $shares == - ]] || weight=(--cpu-shares "$shares")
   if podman container exists "$name"; then
     podman start "$name" >/dev/null
+    [[ ${#weight[@]} -eq 0 ]] || podman update "${weight[@]}" "$name" >/dev/null
     shape_link "$name" "$rate"
     continue
   fi
   # NET_ADMIN: the role manages an nftables table inside the host (its firewall) and the
   # WireGuard interface; /dev/net/tun: wireguard-go's (this kernel has no WireGuard module).
   podman run -d --name "$name" --hostname "$name" --network "$net_name" --systemd always \
-    --memory "$memory" --memory-swap "$memory" --cpus "$cpus" --cap-add NET_ADMIN \
+    --memory "$memory" --memory-swap "$memory" --cpus "$cpus" "${weight[@]}" --cap-add NET_ADMIN \
     --device /dev/net/tun "$image" /sbin/init >/dev/null
   echo "demo: started host $name (memory $memory, cpus $cpus)"
   shape_link "$name" "$rate"

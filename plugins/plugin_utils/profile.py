@@ -19,6 +19,7 @@ Controller only. Three steps:
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -367,3 +368,154 @@ def speeds(
             continue
         out[name], source[name] = speed, "profile"
     return {"speed": out, "source": source, "remeasure": remeasure}
+
+
+# --------------------------------------------------------------------------- measuring placement
+
+MEASURE_LAYERS = 2
+# Split options the measuring placement rewrites (and llama-server's polling level).
+_SPLIT_OPTIONS = {"--rpc": "rpc", "--tensor-split": "ts", "-ts": "ts", "-ngl": "ngl", "--n-gpu-layers": "ngl"}
+_POLL_OPTIONS = ("--poll", "--poll-batch")
+
+
+def _split_args(args: Sequence[str]) -> Tuple[List[str], Dict[str, str]]:
+    """``args`` without the split options and ``--poll``, and the split options' values."""
+    rest: List[str] = []
+    found: Dict[str, str] = {}
+    skip = None
+    for arg in args:
+        if skip is not None:
+            if skip:
+                found[skip] = str(arg)
+            skip = None
+            continue
+        key, eq, value = str(arg).partition("=")
+        if key in _SPLIT_OPTIONS or key in _POLL_OPTIONS:
+            name = _SPLIT_OPTIONS.get(key, "")
+            if eq:
+                if name:
+                    found[name] = value
+            else:
+                skip = name
+            continue
+        rest.append(str(arg))
+    return rest, found
+
+
+def measuring_plan(
+    plan: Mapping[str, Any], add: Sequence[str], layers_each: int = MEASURE_LAYERS
+) -> Dict[str, Any]:
+    """The served plan changed so that one request measures every host's compute honestly.
+
+    ``add``: workers the plan leaves out (no layers, so no compute figure from the served plan):
+    each gets ``layers_each`` repeating layers, taken from the head's CPU (then from the worker
+    with the most layers), at the front of the ``--rpc`` list; every other host keeps its layers
+    and the output layer stays where it is. ``--poll 0``: llama-server's CPU threads sleep while
+    they wait for the workers instead of spinning, so the head's CPU seconds are its work
+    (docs/profile.md). The result is a plan the supervisor serves (no fallbacks: the measuring
+    run needs every host) with ``hosts[].layers`` and ``predicted_mib.weights`` of the new split,
+    for :func:`compute_figures`.
+    """
+    model = plan.get("model") or {}
+    n_layer = model.get("n_layer")
+    if not isinstance(n_layer, int) or n_layer <= 0:
+        raise ProfileError("the plan's model has no n_layer (%r)" % (n_layer,))
+    hosts = [dict(h) for h in plan.get("hosts") or [] if isinstance(h, dict)]
+    head = next((h for h in hosts if h.get("role") == "head"), None)
+    if head is None:
+        raise ProfileError("the plan has no head host")
+    known = {h.get("name") for h in hosts}
+    planned = {
+        h.get("name"): h for h in ((plan.get("planned_with") or {}).get("hosts") or []) if isinstance(h, dict)
+    }
+    rest, split = _split_args(plan.get("llama_server_args") or [])
+    workers = [h for h in hosts if h.get("role") == "worker" and h.get("name") in (plan.get("workers") or [])]
+    by_endpoint = {h.get("endpoint"): h for h in workers}
+    devices = [by_endpoint.get(e) for e in split.get("rpc", "").split(",") if e]
+    if None in devices:
+        raise ProfileError("the plan's --rpc %r names an endpoint that no worker has" % split.get("rpc"))
+    counts = [max(0, (d.get("layers") or [0, 0])[1] - (d.get("layers") or [0, 0])[0]) for d in devices]
+    outputs = [bool(d.get("output_layer")) for d in devices]
+    head_layers = max(0, (head.get("layers") or [0, 0])[1] - (head.get("layers") or [0, 0])[0])
+    # the average repeating layer's weights (for the new split's predicted_mib.weights)
+    per = [
+        float((d.get("predicted_mib") or {}).get("weights") or 0) / c
+        for d, c, o in zip(devices, counts, outputs)
+        if c and not o and (d.get("predicted_mib") or {}).get("weights")
+    ]
+    avg = sum(per) / len(per) if per else 0.0
+    new: List[Dict[str, Any]] = []
+    for name in add:
+        if name in known:
+            raise ProfileError("%s: already in the plan, cannot add it to the measuring placement" % name)
+        info = planned.get(name)
+        if not info or not info.get("address"):
+            raise ProfileError("%s: not in the plan's planned_with.hosts (no address to reach it)" % name)
+        port = int(info.get("port") or 50052)
+        take = layers_each
+        from_head = min(take, head_layers)
+        head_layers -= from_head
+        take -= from_head
+        while take > 0:
+            i = max(range(len(counts)), key=lambda j: counts[j]) if counts else None
+            if i is None or counts[i] <= 1:
+                raise ProfileError("%s: no layers left to give it in the measuring placement" % name)
+            counts[i] -= 1
+            take -= 1
+        new.append(
+            {
+                "name": name,
+                "role": "worker",
+                "address": info["address"],
+                "port": port,
+                "endpoint": "%s:%d" % (info["address"], port),
+                "threads": int(info.get("cpus") or 1),
+                "output_layer": False,
+                "measuring": True,
+            }
+        )
+    order = new + devices
+    all_counts = [layers_each] * len(new) + counts
+    # the output layer is llama.cpp's last slot, on the last --rpc device (the plan's output
+    # holder, or the head's CPU through the plan's -ot override, which stays in the arguments)
+    ngl = sum(all_counts) + 1
+    ts = [float(c) for c in all_counts]
+    if ts:
+        ts[-1] += 1.0
+    # the split as llama.cpp assigns it (slot n_layer is the output layer)
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import assign_slots
+
+    slots = assign_slots(ts, n_layer, ngl) if order else [-1] * (n_layer + 1)
+    got = [slots[:n_layer].count(i) for i in range(len(order))]
+    if got != all_counts or slots[:head_layers].count(-1) != head_layers:
+        raise ProfileError("the measuring split %s does not give the layers %s" % (ts, all_counts))
+    out = copy.deepcopy(dict(plan))
+    head_mib = dict(head.get("predicted_mib") or {})
+    lost = (max(0, (head.get("layers") or [0, 0])[1] - (head.get("layers") or [0, 0])[0]) - head_layers) * avg
+    if "weights" in head_mib:
+        head_mib["weights"] = round(float(head_mib["weights"]) - lost, 2)
+    head = dict(head, layers=[0, head_layers], predicted_mib=head_mib)
+    first = head_layers
+    placed = []
+    for h, c in zip(order, all_counts):
+        h = dict(h)
+        mib = dict(h.get("predicted_mib") or {})
+        old = (h.get("layers") or [0, 0])[1] - (h.get("layers") or [0, 0])[0] if h.get("layers") else 0
+        extra = float(mib.get("weights") or 0) - old * avg if h.get("output_layer") else 0.0
+        mib["weights"] = round(c * avg + max(0.0, extra), 2)
+        h["layers"] = [first, first + c]
+        h["predicted_mib"] = mib
+        first += c
+        placed.append(h)
+    others = [h for h in hosts if h.get("role") == "worker" and h not in devices]
+    out["hosts"] = [head, *placed, *others]
+    out["workers"] = [h["name"] for h in placed]
+    out["fallbacks"] = []
+    out["llama_server_args"] = (
+        (["--rpc", ",".join(h["endpoint"] for h in placed)] if placed else [])
+        + (["--tensor-split", ",".join("%g" % x for x in ts), "-ngl", str(ngl)] if placed else [])
+        + rest
+        + ["--poll", "0"]
+    )
+    out["measuring"] = {"added": list(add), "layers_each": layers_each, "poll": 0}
+    return out

@@ -1,0 +1,67 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: profile_measuring_plan
+short_description: the served plan changed so that one request measures every host's compute
+version_added: 1.0.0
+description:
+  - Gives each worker the served plan leaves out a few repeating layers (from the head's CPU, then
+    from the worker with the most layers) at the front of the C(--rpc) list; every other host keeps
+    its layers, the output layer stays where it is.
+  - Adds C(--poll 0) so that llama-server's CPU threads sleep while they wait for the workers
+    (their CPU seconds are then their work, not spinning).
+  - No fallbacks (the measuring run needs every host). The logic lives in
+    C(plugins/plugin_utils/profile.py); see docs/profile.md.
+options:
+  _input:
+    description: The served plan (plan.json).
+    type: dict
+    required: true
+  add:
+    description: Workers to add (each must be in the plan's C(planned_with.hosts) with an address).
+    type: list
+    elements: str
+    default: []
+  layers_each:
+    description: Repeating layers each added worker gets.
+    type: int
+    default: 2
+"""
+
+EXAMPLES = r"""
+- name: Make the measuring placement
+  ansible.builtin.set_fact:
+    measuring: "{{ llmfleet_plan | llmfleet.cluster.profile_measuring_plan(add=['wifi']) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: A plan the supervisor serves, with C(hosts[].layers) of the measuring split and C(measuring).
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import (
+    MEASURE_LAYERS,
+    ProfileError,
+    measuring_plan,
+)
+
+
+def profile_measuring_plan(plan, add=None, layers_each=MEASURE_LAYERS):
+    try:
+        return measuring_plan(plan or {}, [str(a) for a in add or []], int(layers_each))
+    except ProfileError as err:
+        raise AnsibleFilterError("profile_measuring_plan: %s" % err) from err
+    except (TypeError, ValueError, AttributeError) as err:
+        raise AnsibleFilterError("profile_measuring_plan: malformed plan: %s" % err) from err
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"profile_measuring_plan": profile_measuring_plan}
