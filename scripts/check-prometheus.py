@@ -11,6 +11,9 @@ job scraped every 2 s, sends one chat completion through the endpoint Prometheus
 page's TLS port with llmfleet_tls), and asserts: the llama-server job is up, its counters moved,
 and every PromQL expression of the Grafana dashboard evaluates, those on llamacpp metrics with
 data. node-exporter is not installed on the demo hosts: that job is reported, down, not hidden.
+Prometheus runs on the controller, outside the fleet's WireGuard tunnel: monitoring.yml is given
+every host's LAN address (`monitoring_addresses`, read from podman), since the workers' plan
+addresses are tunnel addresses, and the node targets are checked to be those LAN addresses.
 `-e` values go to ansible-playbook (e.g. `-e monitoring_api_scheme=http` must make it fail).
 """
 
@@ -70,6 +73,19 @@ def state_dir(inventory: str) -> Path:
     """The demo's state dir, named like scripts/demo.sh names it."""
     cache = Path(os.environ.get("CACHE", ROOT / ".cache"))
     return cache / "demo" / Path(inventory).resolve().name
+
+
+def lan_addresses(hosts: list[str]) -> dict[str, str]:
+    """Host -> its address on the demo network (podman's), the one the controller reaches."""
+    found = {}
+    for host in hosts:
+        data = json.loads(run(["podman", "inspect", host]))
+        networks = data[0]["NetworkSettings"]["Networks"] or {}
+        addresses = [n["IPAddress"] for n in networks.values() if n.get("IPAddress")]
+        if not addresses:
+            raise CheckError(f"{host}: podman reports no network address for it")
+        found[host] = addresses[0]
+    return found
 
 
 def free_port() -> int:
@@ -150,10 +166,11 @@ def check(inventory: str, extra_vars: list[str]) -> None:
             raise CheckError(f"{tool} is missing: bash scripts/host-setup.sh installs Debian's prometheus")
     inv = json.loads(run(["ansible-inventory", "-i", inventory, "--list"]))
     head = inv["llm_head"]["hosts"][0]
+    lans = lan_addresses([head, *inv.get("llm_workers", {}).get("hosts", [])])
 
     # 1. What the role writes, for this fleet, into the demo's out dir.
     cmd = ["ansible-playbook", "-i", inventory, str(ROOT / "playbooks" / "monitoring.yml")]
-    cmd += ["-e", f"llmfleet_output_dir={out}"]
+    cmd += ["-e", f"llmfleet_output_dir={out}", "-e", json.dumps({"monitoring_addresses": lans})]
     for value in extra_vars:
         cmd += ["-e", value]
     run(cmd, timeout=300)
@@ -164,6 +181,14 @@ def check(inventory: str, extra_vars: list[str]) -> None:
     scheme = llama.get("scheme", "http")
     (target,) = json.loads((written / "llama-server.json").read_text())[0]["targets"]
     say(f"monitoring.yml wrote {written}: {LLAMA_JOB} {scheme}://{target}{llama['metrics_path']}")
+    node_hosts = sorted(
+        t.rsplit(":", 1)[0] for g in json.loads((written / "node.json").read_text()) for t in g["targets"]
+    )
+    if not node_hosts or not set(node_hosts) <= set(lans.values()):
+        raise CheckError(
+            f"the node targets are {node_hosts}, not the hosts' LAN addresses {sorted(lans.values())}"
+        )
+    say(f"node targets: the LAN addresses {', '.join(f'{h} {a}' for h, a in lans.items())}")
 
     with tempfile.TemporaryDirectory(prefix="llmfleet-prom-") as tmp_name:
         tmp = Path(tmp_name)

@@ -25,7 +25,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-bash scripts/demo.sh up "$inventory"
+# The demo's real answer is made while tcpdump captures the bridge (head <-> workers): with
+# WireGuard on, nothing of it may cross in clear (scripts/check-capture.py prints the figures).
+mkdir -p "$state"
+rm -f "$state/capture.pcap" "$state/capture.pcap.json"
+DEMO_CAPTURE=$state/capture.pcap bash scripts/demo.sh up "$inventory"
+python3 scripts/check-capture.py "$state/capture.pcap"
 
 for f in chat-url chat-password; do
   [[ -s $state/out/$f ]] || {

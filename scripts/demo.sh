@@ -55,6 +55,9 @@ def flag(value):
     return str(value).lower() in ("true", "yes", "1")
 fleet_tls = flag(any_vars.get("llmfleet_tls", False))
 print("tls", "true" if fleet_tls else "false")
+# WireGuard between the head and the workers (the role's defaults: on, port 51871).
+tunnel = any_vars.get("llmfleet_target", "systemd") == "systemd" and flag(any_vars.get("llmfleet_wireguard", True))
+print("wireguard", "true" if tunnel else "false", any_vars.get("wireguard_port", 51871))
 scheme = "https" if fleet_tls or flag(any_vars.get("chat_ui_tls", False)) else "http"
 prefix = "/" + str(any_vars.get("chat_ui_path_prefix", "/chat")).strip("/")
 print("chat_path", scheme, any_vars.get("chat_ui_port", 8088), prefix.rstrip("/") + "/")
@@ -74,6 +77,7 @@ image=$(get image)
 mirror_port=$(get mirror_port)
 model_file=$(get model_file)
 head=$(get head)
+read -r wg_on wg_port <<<"$(get wireguard)"
 mapfile -t host_lines < <(get host)
 
 stop_mirror() {
@@ -124,10 +128,11 @@ for line in "${host_lines[@]}"; do
     shape_link "$name" "$rate"
     continue
   fi
-  # NET_ADMIN: the role manages an nftables table inside the host (its firewall).
+  # NET_ADMIN: the role manages an nftables table inside the host (its firewall) and the
+  # WireGuard interface; /dev/net/tun: wireguard-go's (this kernel has no WireGuard module).
   podman run -d --name "$name" --hostname "$name" --network "$net_name" --systemd always \
     --memory "$memory" --memory-swap "$memory" --cpus "$cpus" "${weight[@]}" --cap-add NET_ADMIN \
-    "$image" /sbin/init >/dev/null
+    --device /dev/net/tun "$image" /sbin/init >/dev/null
   echo "demo: started host $name (memory $memory, cpus $cpus)"
   shape_link "$name" "$rate"
 done
@@ -178,15 +183,51 @@ echo
 # empty answer or one with chat-template markers in it).
 question=${DEMO_QUESTION:-"Name three colours."}
 echo "==== a real answer through $head"
+lan_ip() { podman inspect -f "{{(index .NetworkSettings.Networks \"$net_name\").IPAddress}}" "$1"; }
+# DEMO_CAPTURE=FILE (make demo-check): tcpdump on the network's bridge, head <-> workers only,
+# while the answer is made, into FILE (the request is sent on the head's loopback, so that what
+# crosses the bridge is the head's traffic to its workers); FILE.json says who is who.
+capture_pid=""
+if [[ -n ${DEMO_CAPTURE:-} ]]; then
+  command -v tcpdump >/dev/null || {
+    echo "demo: DEMO_CAPTURE needs tcpdump on the controller (bash scripts/host-setup.sh installs it)" >&2
+    exit 1
+  }
+  bridge=$(podman network inspect -f '{{.NetworkInterface}}' "$net_name")
+  head_lan=$(lan_ip "$head")
+  worker_lans=()
+  for line in "${host_lines[@]}"; do
+    read -r name _ <<<"$line"
+    [[ $name == "$head" ]] || worker_lans+=("$(lan_ip "$name")")
+  done
+  filter="host $head_lan and (host ${worker_lans[0]}$(printf ' or host %s' "${worker_lans[@]:1}"))"
+  python3 -c 'import json, sys; json.dump({"bridge": sys.argv[1], "head": sys.argv[2], "workers": sys.argv[3].split(),
+    "wireguard": sys.argv[4] == "true", "wireguard_port": int(sys.argv[5]), "question": sys.argv[6]}, open(sys.argv[7], "w"))' \
+    "$bridge" "$head_lan" "${worker_lans[*]}" "$wg_on" "$wg_port" "$question" "$DEMO_CAPTURE.json"
+  tcpdump -i "$bridge" -U -n -s 0 -w "$DEMO_CAPTURE" "$filter" 2>"$DEMO_CAPTURE.log" &
+  capture_pid=$!
+  sleep 1.5
+fi
 body=$(python3 -c 'import json, sys; print(json.dumps({"messages": [{"role": "user", "content": sys.argv[1]}],
   "max_tokens": 48, "temperature": 0}))' "$question")
 if ! podman exec -i "$head" sh -c 'curl -s -m 120 http://127.0.0.1:8080/v1/chat/completions \
   -H "Authorization: Bearer $(cat /etc/llmfleet/api-key)" -H "Content-Type: application/json" -d @-' \
   <<<"$body" | python3 scripts/demo-answer.py --question "$question"; then
   echo "demo: the head gave no answer that reads as one (above)" >&2
+  [[ -z $capture_pid ]] || kill "$capture_pid" 2>/dev/null || true
   exit 1
 fi
-head_ip=$(podman inspect -f "{{(index .NetworkSettings.Networks \"$net_name\").IPAddress}}" "$head")
+if [[ -n $capture_pid ]]; then
+  sleep 1
+  kill "$capture_pid" 2>/dev/null || true
+  wait "$capture_pid" || true
+  echo "demo: captured the bridge $bridge during that answer into $DEMO_CAPTURE"
+fi
+if [[ $wg_on == true ]]; then
+  echo "demo: the head reaches its workers through WireGuard (interface llmfleet, UDP $wg_port):"
+  podman exec "$head" wg show llmfleet endpoints | sed 's/^/  peer /'
+fi
+head_ip=$(lan_ip "$head")
 read -r chat_scheme chat_port chat_prefix <<<"$(get chat_path)"
 echo
 echo "demo: site.yml took ${site_time}s; demo wall time $(($(date +%s) - start))s"

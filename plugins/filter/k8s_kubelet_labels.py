@@ -41,7 +41,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.k8s_labels import kubelet_labels, label_strings
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.k8s_labels import kubelet_labels, label_strings
 
 
 def k8s_kubelet_labels(labels, style="dict"):

@@ -45,7 +45,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.k8s_labels import label_patch
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.k8s_labels import label_patch
 
 
 def k8s_label_patch(node, desired):

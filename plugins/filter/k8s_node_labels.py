@@ -15,7 +15,7 @@ description:
   - C(llmfleet.io/arch) (kube_arch), C(llmfleet.io/role) (head or worker), C(llmfleet.io/rpc=true)
     on hosts that hold layers in the plan, C(llmfleet.io/usable-mib), and Node Feature Discovery
     style CPU labels C(feature.node.kubernetes.io/cpu-cpuid.<FLAG>=true) (AVX512F, AVX512VNNI, ASIMD, ...).
-  - The logic lives in C(plugins/module_utils/k8s_labels.py).
+  - The logic lives in C(plugins/plugin_utils/k8s_labels.py).
 options:
   _input:
     description: The host's C(llmfleet_host) fact (needs C(kube_arch); uses C(isa) and C(memory.usable_mib)).
@@ -51,7 +51,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.k8s_labels import LabelError, node_labels
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.k8s_labels import LabelError, node_labels
 
 
 def k8s_node_labels(host_fact, name, plan=None, role=None, extra=None):

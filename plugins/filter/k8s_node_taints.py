@@ -48,7 +48,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.k8s_labels import (
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.k8s_labels import (
     LabelError,
     node_taints,
     taint_strings,

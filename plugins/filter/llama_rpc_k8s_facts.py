@@ -61,7 +61,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.llama_rpc_k8s import k8s_facts
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.llama_rpc_k8s import k8s_facts
 
 
 def llama_rpc_k8s_facts(

@@ -28,10 +28,6 @@ options:
     description: The model layout, as returned by the M(llmfleet.cluster.gguf_layout) module (C(layout)).
     type: dict
     required: true
-  model:
-    description: The inventory's C(llmfleet_model) (C(name), C(file) or C(url), C(sha256)).
-    type: dict
-    required: true
   head:
     description: The head with its current measurement, as P(llmfleet.cluster.plan_hosts#filter) returns it.
     type: dict
@@ -57,6 +53,8 @@ options:
     description: The deployment target of this run.
     type: str
     default: systemd
+extends_documentation_fragment:
+  - llmfleet.cluster.plan
 """
 
 EXAMPLES = r"""

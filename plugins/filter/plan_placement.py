@@ -26,10 +26,6 @@ options:
     description: The model layout, as returned by the M(llmfleet.cluster.gguf_layout) module (C(layout)).
     type: dict
     required: true
-  model:
-    description: The inventory's C(llmfleet_model) (C(name), C(file) or C(url), C(sha256)).
-    type: dict
-    required: true
   head:
     description: The head, a dict with C(name), C(usable_mib), C(cpus) and optionally C(address), C(reserve_mib).
     type: dict
@@ -64,6 +60,8 @@ options:
     type: str
     choices: [systemd, kubernetes, lws]
     default: systemd
+extends_documentation_fragment:
+  - llmfleet.cluster.plan
 """
 
 EXAMPLES = r"""

@@ -23,10 +23,6 @@ options:
     description: The plan, C(llmfleet_plan).
     type: dict
     required: true
-  facts:
-    description: Host name to that host's C(llmfleet_host) facts, for every stage host.
-    type: dict
-    required: true
   options:
     description:
       - The role's variables without the C(vllm_lws_) prefix (name, namespace, model, model_revision,
@@ -34,6 +30,8 @@ options:
         hf_token, api_key, and the pre-flight options).
     type: dict
     default: {}
+extends_documentation_fragment:
+  - llmfleet.cluster.plan.facts
 """
 
 EXAMPLES = r"""
@@ -54,7 +52,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.vllm import VllmLwsError, render
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.vllm import VllmLwsError, render
 
 
 def vllm_lws_manifests(plan, facts, options=None):

@@ -16,14 +16,10 @@ description:
     when the stage hosts mix architectures (one LeaderWorkerSet group has one worker pod template),
     or when a pod's requests (= limits) do not fit a node's usable memory or CPUs.
   - Returns what was decided; C(warnings) lists hosts whose support is only C(limited).
-  - The logic lives in C(plugins/module_utils/vllm.py); see docs/vllm-lws.md.
+  - The logic lives in C(plugins/plugin_utils/vllm.py); see docs/vllm-lws.md.
 options:
   _input:
     description: The plan, C(llmfleet_plan); its C(vllm) section gives pipeline_size, pp_layer_partition, stages, kvcache_space_gib.
-    type: dict
-    required: true
-  facts:
-    description: Host name to that host's C(llmfleet_host) facts, for every stage host.
     type: dict
     required: true
   options:
@@ -33,6 +29,8 @@ options:
         allow_mixed_arch, node_names).
     type: dict
     default: {}
+extends_documentation_fragment:
+  - llmfleet.cluster.plan.facts
 """
 
 EXAMPLES = r"""
@@ -60,7 +58,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.module_utils.vllm import (
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.vllm import (
     VllmLwsError,
     choice_summary,
     run_preflight,

@@ -852,6 +852,16 @@ def disk_free_mib(tree: Tree, path: str) -> Optional[int]:
 # --------------------------------------------------------------------------------------------
 
 
+def release_flavour(arch: Optional[str]) -> Optional[str]:
+    """The CPU release asset flavour of llama.cpp (``ubuntu-x64``, ``ubuntu-arm64``) for an
+    architecture, by its kernel name (``x86_64``) or its Kubernetes name (``amd64``); None when
+    llama.cpp publishes no release binary for it."""
+    for uname, asset in RELEASE_ASSET_ARCH.items():
+        if arch in (uname, KUBE_ARCH[uname]):
+            return "ubuntu-%s" % asset
+    return None
+
+
 def llama_cpp_verdict(
     arch: str,
     libc: Optional[str],
@@ -877,7 +887,7 @@ def llama_cpp_verdict(
                 "flavours": ["source"],
                 "reason": "glibc %s is older than %s, which the release binaries need" % (glibc, min_glibc),
             }
-        cpu = "ubuntu-%s" % asset_arch
+        cpu = release_flavour(arch)
         gpus = [a for a in accelerators if vulkan_worthy(a)]
         if gpus:
             return {

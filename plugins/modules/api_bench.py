@@ -71,13 +71,12 @@ attributes:
   check_mode:
     support: full
     description: In check mode no request is sent; the settings are returned with an empty result.
-  diff_mode:
-    support: none
-    description: The module reports no differences.
 notes:
   - The module reports C(changed=false); it only reads from the API.
   - Output tokens/s per request counts the tokens after the first over the time between the first
     and the last chunk carrying text, so it measures decoding, not the prompt.
+extends_documentation_fragment:
+  - llmfleet.cluster.attributes
 """
 
 EXAMPLES = r"""

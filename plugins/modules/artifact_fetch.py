@@ -66,13 +66,12 @@ attributes:
   check_mode:
     support: full
     description: Reports whether O(dest) would change; downloads nothing.
-  diff_mode:
-    support: none
-    description: The module reports no differences.
 notes:
   - The actual logic lives in C(plugins/module_utils/artifacts.py).
 author:
   - llmfleet contributors (@llmfleet)
+extends_documentation_fragment:
+  - llmfleet.cluster.attributes
 """
 
 EXAMPLES = r"""

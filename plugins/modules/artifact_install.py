@@ -65,13 +65,12 @@ attributes:
   check_mode:
     support: full
     description: The module runs in check mode and reports what it would change.
-  diff_mode:
-    support: none
-    description: The module reports no differences.
 notes:
   - The actual logic lives in C(plugins/module_utils/artifacts.py).
 author:
   - llmfleet contributors (@llmfleet)
+extends_documentation_fragment:
+  - llmfleet.cluster.attributes
 """
 
 EXAMPLES = r"""

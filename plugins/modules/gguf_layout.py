@@ -41,6 +41,8 @@ options:
     default: false
 author:
   - llmfleet contributors (@llmfleet)
+extends_documentation_fragment:
+  - llmfleet.cluster.attributes.read_only
 """
 
 EXAMPLES = r"""

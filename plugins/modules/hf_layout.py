@@ -28,6 +28,8 @@ options:
     required: true
 author:
   - llmfleet contributors (@llmfleet)
+extends_documentation_fragment:
+  - llmfleet.cluster.attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -59,12 +59,6 @@ options:
         and C(backends.vllm_cpu.status). No fact is set; the inventory variable is used as it is.
     type: dict
 attributes:
-  check_mode:
-    support: full
-    description: The module never changes anything; it runs the same way in check mode.
-  diff_mode:
-    support: none
-    description: The module reports no differences.
   facts:
     support: full
     description: The module returns its result under C(ansible_facts).
@@ -78,6 +72,8 @@ seealso:
   - name: The probe documentation
     description: docs/probe.md in the collection.
     link: https://example.invalid/llmfleet/cluster/docs/probe.md
+extends_documentation_fragment:
+  - llmfleet.cluster.attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -47,13 +47,6 @@ options:
         C(lo) never counts.
     type: str
     default: '^(eth|ens|enp|eno|wl|veth).*'
-attributes:
-  check_mode:
-    support: full
-    description: The module never changes anything; it runs the same way in check mode.
-  diff_mode:
-    support: none
-    description: The module reports no differences.
 notes:
   - The C(time) of the sample is the host's monotonic clock, so only differences between two
     samples of the same host mean anything.
@@ -61,6 +54,8 @@ seealso:
   - name: Verify documentation
     description: docs/verify.md in the collection.
     link: https://example.invalid/llmfleet/cluster/docs/verify.md
+extends_documentation_fragment:
+  - llmfleet.cluster.attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -30,21 +30,13 @@ options:
     description: Replace the key with a new one.
     type: bool
     default: false
-  wg:
-    description: The C(wg) binary (wireguard-tools).
-    type: path
-    default: wg
 attributes:
   check_mode:
     support: full
     description: In check mode the module makes no key and writes nothing; it reports whether it would.
-  diff_mode:
-    support: none
-    description: The module reports no differences.
-seealso:
-  - name: WireGuard documentation
-    description: docs/wireguard.md in the collection.
-    link: https://example.invalid/llmfleet/cluster/docs/wireguard.md
+extends_documentation_fragment:
+  - llmfleet.cluster.attributes
+  - llmfleet.cluster.wireguard
 """
 
 EXAMPLES = r"""

@@ -26,21 +26,9 @@ options:
     description: The WireGuard interface.
     type: str
     default: llmfleet
-  wg:
-    description: The C(wg) binary (wireguard-tools).
-    type: path
-    default: wg
-attributes:
-  check_mode:
-    support: full
-    description: The module never changes anything; it runs the same way in check mode.
-  diff_mode:
-    support: none
-    description: The module reports no differences.
-seealso:
-  - name: WireGuard documentation
-    description: docs/wireguard.md in the collection.
-    link: https://example.invalid/llmfleet/cluster/docs/wireguard.md
+extends_documentation_fragment:
+  - llmfleet.cluster.attributes.read_only
+  - llmfleet.cluster.wireguard
 """
 
 EXAMPLES = r"""

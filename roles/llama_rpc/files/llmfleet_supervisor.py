@@ -24,7 +24,11 @@ fallback for every subset of them. The supervisor
 While llama-server runs, the workers it uses are not probed by connecting (rpc-server
 serves one client at a time with a listen backlog of 1, so probes would queue and time
 out); their health is read from the kernel's TCP table instead (``/proc/net/tcp``): a worker
-whose connection from this network namespace was established and no longer is has gone.
+whose connection from this network namespace was established and no longer is has gone. That
+watch starts only once llama-server answers ``GET /health`` with 200 (``--health-url``, by
+default from the ``--host`` and ``--port`` after ``--``): while it loads, llama-server opens a
+first connection to each worker (the device query), closes it and opens the one it keeps later,
+so a connection seen and gone before the model is loaded says nothing about the worker.
 
 The plan is validated once, at start: a plan the supervisor cannot use (not JSON, a fallback
 that is not an object, an endpoint that is a number or ``host:notaport``, a fallback naming a
@@ -36,6 +40,7 @@ value, and exit status 78 (``EX_CONFIG``), which the systemd unit lists in
 from __future__ import annotations
 
 import argparse
+import http.client
 import ipaddress
 import json
 import os
@@ -46,6 +51,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Sequence
 from typing import Optional
 
@@ -455,6 +461,51 @@ def resolve(endpoint: str) -> tuple[str, int]:
 # --------------------------------------------------------------------------- supervisor
 
 
+HEALTH_READ_LIMIT = 4096
+
+
+def health_url(extra: Sequence[str]) -> str:
+    """llama-server's ``/health`` URL from its arguments (``--host``, ``--port``; its defaults)."""
+    host, port = "127.0.0.1", "8080"
+    for i, arg in enumerate(extra):
+        value = extra[i + 1] if i + 1 < len(extra) else None
+        if arg.startswith("--host="):
+            host = arg.split("=", 1)[1]
+        elif arg.startswith("--port="):
+            port = arg.split("=", 1)[1]
+        elif arg == "--host" and value is not None:
+            host = value
+        elif arg == "--port" and value is not None:
+            port = value
+    if host.endswith(".sock"):
+        return ""  # a UNIX socket: no TCP health check (the connection watch never arms)
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}/health"
+
+
+def server_healthy(url: str, timeout: float) -> tuple[bool, str]:
+    """Whether llama-server answers ``url`` with 200 (loaded), and what it answered."""
+    if not url:
+        return False, "no health URL"
+    parsed = urllib.parse.urlsplit(url)
+    try:
+        conn = http.client.HTTPConnection(parsed.hostname, parsed.port or 80, timeout=timeout)
+        try:
+            conn.request("GET", parsed.path or "/health")
+            answer = conn.getresponse()
+            answer.read(HEALTH_READ_LIMIT)
+            return answer.status == 200, f"HTTP {answer.status}"
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+
+
 def log(message: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     sys.stderr.write(f"{stamp} llmfleet-supervisor: {message}\n")
@@ -477,6 +528,8 @@ class Supervisor:
         self.active: Optional[Entry] = None
         self.active_endpoints: dict[str, str] = {}
         self.seen_connected: set = set()
+        self.healthy = False
+        self.health_url = opts.health_url if opts.health_url is not None else health_url(opts.extra)
         self.history: list[frozenset[str]] = []
         self.missing_since: dict[str, float] = {}
         self.last_wait = ""
@@ -492,6 +545,13 @@ class Supervisor:
         remotes = (
             established_remotes(self.opts.proc_net_tcp) if busy and self.opts.watch_connections else set()
         )
+        if remotes and not self.healthy:
+            self.healthy, detail = server_healthy(self.health_url, self.opts.probe_timeout)
+            if self.healthy:
+                log(
+                    f"llama-server is healthy ({self.health_url}, {detail}): watching its "
+                    f"connections to {names(busy)}"
+                )
         for name in sorted(self.planned):
             endpoint = endpoints.get(name)
             if endpoint is None:
@@ -502,10 +562,13 @@ class Supervisor:
                     continue
                 connected = resolve(endpoint) in remotes
                 if connected:
-                    self.seen_connected.add(name)
+                    if self.healthy:
+                        self.seen_connected.add(name)
                     up.add(name)
                 elif name not in self.seen_connected:
-                    up.add(name)  # llama-server has not connected yet: still loading
+                    # Not loaded yet, or not yet seen connected since: the device query's
+                    # connection comes and goes before the one llama-server keeps.
+                    up.add(name)
                 else:
                     log(f"worker {name} ({endpoint}): llama-server's connection to it is gone")
             else:
@@ -563,6 +626,7 @@ class Supervisor:
         self.active = entry
         self.active_endpoints = endpoints
         self.seen_connected = set()
+        self.healthy = False
         self.starts += 1
         self.write_state("running")
 
@@ -687,6 +751,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         dest="watch_connections",
         action="store_false",
         help="do not read /proc/net/tcp to notice a lost worker while llama-server runs",
+    )
+    parser.add_argument(
+        "--health-url",
+        default=None,
+        help="llama-server's health URL; the connection watch starts once it answers 200 "
+        "(default: from --host and --port after --)",
     )
     parser.add_argument("--proc-net-tcp", nargs="*", default=["/proc/net/tcp", "/proc/net/tcp6"])
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments added for llama-server")

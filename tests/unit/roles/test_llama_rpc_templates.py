@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import targets
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "llama_rpc"
@@ -62,6 +63,9 @@ def render(template: str, host: str, extra: dict | None = None) -> str:
             "_llama_rpc_worker_binary_path": "/opt/llmfleet/llama.cpp/current/ggml-rpc-server",
             # The LAN mode; the WireGuard tests below turn it on.
             "llmfleet_wireguard": False,
+            # What lookup('llmfleet.cluster.target', ...) returns (a bare Templar loads no
+            # collection plugin): the registry's own entry for the systemd target.
+            "_llama_rpc_server": targets.resolve("systemd"),
         }
     )
     variables.update(extra or {})

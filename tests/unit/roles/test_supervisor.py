@@ -7,10 +7,12 @@ supervisor runs as a real process with short intervals, exactly as systemd start
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -38,6 +40,23 @@ FAKE_SERVER = textwrap.dedent(
                             "backtrace": os.environ.get("GGML_NO_BACKTRACE")}) + "\\n")
     if os.path.exists(os.environ["FAKE_IGNORE_TERM"]):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if "--port" in sys.argv:
+        # /health like llama-server's: 503 while loading (the FAKE_LOADING file exists), then 200.
+        import http.server, threading
+        class Health(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                code = 503 if os.path.exists(os.environ["FAKE_LOADING"]) else 200
+                if self.path != "/health":
+                    code = 404
+                self.send_response(code)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+            def log_message(self, *args):
+                pass
+        port = int(sys.argv[sys.argv.index("--port") + 1])
+        httpd = http.server.HTTPServer(("127.0.0.1", port), Health)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
     while True:
         if os.path.exists(os.environ["FAKE_CRASH"]):
             os.unlink(os.environ["FAKE_CRASH"])
@@ -75,6 +94,7 @@ class Harness:
         self.crash = tmp / "crash"
         self.ignore_term = tmp / "ignore-term"
         self.state = tmp / "state.json"
+        self.loading = tmp / "loading"
         (tmp / "plan.json").write_text(json.dumps(plan))
         (tmp / "llama-server").write_text(FAKE_SERVER)
         launcher = tmp / "llama-server.sh"
@@ -86,6 +106,7 @@ class Harness:
             FAKE_LOG=str(self.log),
             FAKE_CRASH=str(self.crash),
             FAKE_IGNORE_TERM=str(self.ignore_term),
+            FAKE_LOADING=str(self.loading),
         )
         env.pop("GGML_NO_BACKTRACE", None)
         self.stderr = open(tmp / "supervisor.log", "w")  # noqa: SIM115 - closed in stop()
@@ -336,30 +357,87 @@ def test_sigkill_after_the_stop_timeout_when_sigterm_is_ignored(tmp_path, worker
     assert 0.9 <= took < 5
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tcp_table(workers: dict[str, Worker], names: list[str]) -> str:
+    """/proc/net/tcp with an established connection from 127.0.0.1:8080 to each named worker."""
+    rows = ["  sl  local_address rem_address   st"]
+    for i, n in enumerate(names):
+        port = workers[n].port
+        rows.append(f"   {i}: 0100007F:1F90 0100007F:{port:04X} 01 0 0 0")
+    return "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "url"),
+    [
+        ([], "http://127.0.0.1:8080/health"),
+        (["-m", "x.gguf", "--host", "0.0.0.0", "--port", "8081"], "http://127.0.0.1:8081/health"),
+        (["--host=10.1.2.3", "--port=9000"], "http://10.1.2.3:9000/health"),
+        (["--host", "::", "--port", "80"], "http://[::1]:80/health"),
+        (["--host", "/run/llama.sock"], ""),
+    ],
+)
+def test_health_url_from_llama_server_arguments(extra: list[str], url: str) -> None:
+    assert sup.health_url(extra) == url
+
+
 @pytest.mark.slow
 def test_a_lost_connection_of_a_busy_worker_restarts_on_the_fallback(tmp_path, workers) -> None:
     """The fake llama-server never connects, so fake the kernel's TCP table instead."""
     plan = make_plan(workers, [fallback(workers, ["w1", "w2"])])
     tcp = tmp_path / "tcp"
-
-    def table(names: list[str]) -> str:
-        rows = ["  sl  local_address rem_address   st"]
-        for i, n in enumerate(names):
-            port = workers[n].port
-            rows.append(f"   {i}: 0100007F:1F90 0100007F:{port:04X} 01 0 0 0")
-        return "\n".join(rows) + "\n"
-
+    table = functools.partial(tcp_table, workers)
     tcp.write_text(table(["w1", "w2", "w3"]))
-    h = Harness(tmp_path, plan, grace=0.5, tcp=tcp)
+    h = Harness(tmp_path, plan, "--host", "127.0.0.1", "--port", str(free_port()), grace=0.5, tcp=tcp)
     try:
         first = h.wait_starts(1)[0]
-        assert first["argv"] == plan["llama_server_args"]
+        assert first["argv"][: len(plan["llama_server_args"])] == plan["llama_server_args"]
+        h.wait_log("llama-server is healthy")
         time.sleep(0.6)  # seen connected to all three
         workers["w3"].down()
         tcp.write_text(table(["w1", "w2"]))  # the connection to w3 is gone (CLOSE_WAIT or removed)
         h.wait_log("worker w3 (127.0.0.1:")
         second = h.wait_starts(2)[1]
-        assert second["argv"][-1] == "fallback-w1-w2"
+        assert second["argv"][-5] == "fallback-w1-w2"  # then --host 127.0.0.1 --port N
         assert not alive(first["pid"])
+    finally:
+        h.stop()
+
+
+@pytest.mark.slow
+def test_the_device_query_connection_closing_while_loading_is_not_a_lost_worker(tmp_path, workers) -> None:
+    """llama-server connects to each worker for the device query, closes that connection and
+    opens the one it keeps later; when loading is slow the gap lasts. Only once /health answers
+    200 is a connection that goes away a lost worker."""
+    plan = make_plan(workers, [fallback(workers, ["w1", "w2"])])
+    tcp = tmp_path / "tcp"
+    table = functools.partial(tcp_table, workers)
+    (tmp_path / "loading").write_text("")  # Harness.loading: /health answers 503
+    tcp.write_text(table(["w1", "w2", "w3"]))  # the device query's connections
+    h = Harness(tmp_path, plan, "--host", "127.0.0.1", "--port", str(free_port()), grace=0.5, tcp=tcp)
+    try:
+        first = h.wait_starts(1)[0]
+        time.sleep(0.8)  # four probes with all three connected, still loading (503)
+        tcp.write_text(table([]))  # the device query's connections closed; loading goes on
+        time.sleep(1.2)  # six probes at 0.2 s: the old watch stopped llama-server after two
+        assert len(h.starts()) == 1, h.text()
+        assert alive(first["pid"]), h.text()
+        assert "connection to it is gone" not in h.text()
+        assert "healthy" not in h.text()
+        # The loading connections open, the model is loaded: the watch starts and works.
+        tcp.write_text(table(["w1", "w2", "w3"]))
+        h.loading.unlink()
+        h.wait_log("llama-server is healthy (http://127.0.0.1:")
+        time.sleep(0.6)
+        workers["w3"].down()
+        tcp.write_text(table(["w1", "w2"]))
+        h.wait_log("worker w3 (127.0.0.1:")
+        second = h.wait_starts(2)[1]
+        assert second["argv"][-5] == "fallback-w1-w2"  # then --host 127.0.0.1 --port N
     finally:
         h.stop()

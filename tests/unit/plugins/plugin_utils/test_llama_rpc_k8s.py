@@ -1,9 +1,9 @@
-"""plugins/module_utils/llama_rpc_k8s.py: the plan grouped for the Kubernetes manifests."""
+"""plugins/plugin_utils/llama_rpc_k8s.py: the plan grouped for the Kubernetes manifests."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.llmfleet.cluster.plugins.module_utils import llama_rpc_k8s as k
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import llama_rpc_k8s as k
 
 X64, ARM = "1" * 64, "2" * 64
 RELEASES = {

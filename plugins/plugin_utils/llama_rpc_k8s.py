@@ -23,18 +23,22 @@ import math
 import os
 import re
 
-KUBE_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
-RELEASE_FLAVOUR = {"amd64": "ubuntu-x64", "arm64": "ubuntu-arm64"}
+from ansible_collections.llmfleet.cluster.plugins.module_utils.hostinfo import KUBE_ARCH, release_flavour
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import budget_mib
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.targets import SERVERS
+
+_SERVER = SERVERS["llama_rpc"]
+
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 UID = 65534
 NAMES = {
-    "head": "llama-server",
+    "head": _SERVER.service[1],
     "workers": "llama-rpc-server",
     "config": "llama-rpc",
-    "secret": "llama-rpc-api-key",
+    "secret": _SERVER.api_key_secret[1]["name"],
     "account": "llama-server",
     "data": "llama-server-data",
-    "api": "llama-server",
+    "api": _SERVER.service[1],
     "headless": "llama-rpc-workers",
 }
 
@@ -68,7 +72,7 @@ def worker_groups(plan, host_facts):
         mine = [e for e in entries if e.get("name") == worker]
         need = max([float((e.get("predicted_mib") or {}).get("total", 0)) for e in mine] or [0.0])
         host = first.get(worker, {})
-        allowed = float(host.get("usable_mib") or 0) - float(host.get("reserve_mib") or 0)
+        allowed = budget_mib(host.get("usable_mib"), host.get("reserve_mib"))
         threads = int(host.get("threads") or 1)
         group = groups.setdefault(arch, {"workers": [], "request_mib": 0, "limit_mib": 0, "threads": threads})
         group["workers"].append(worker)
@@ -126,7 +130,7 @@ def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build
         problems.append("llama_rpc_k8s_llama_cpp_build (llama_cpp_build) is empty")
     pins = {}
     for arch in sorted(set(groups) | {head_arch}):
-        flavour = RELEASE_FLAVOUR.get(arch)
+        flavour = release_flavour(arch)
         pin = table.get(flavour) or {} if flavour else {}
         if not flavour:
             problems.append("no llama.cpp release flavour for the architecture {0}".format(arch))
@@ -160,7 +164,7 @@ def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build
         "pvc_size": pvc_size or "{0}Gi".format(model_gib + 2),
         "uid": UID,
         "manifest_dir": out_dir + "/manifests",
-        "key_file": out_dir + "/llama-rpc-api-key",
+        "key_file": out_dir + "/" + NAMES["secret"],
         "names": dict(NAMES),
         "workerless": not groups,
         "discovery": "kubernetes" if groups else "static",

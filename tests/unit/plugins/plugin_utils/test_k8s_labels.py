@@ -1,11 +1,11 @@
-"""Node labels and taints from the probe fact, the plan and the inventory (module_utils/k8s_labels.py)."""
+"""Node labels and taints from the probe fact, the plan and the inventory (plugin_utils/k8s_labels.py)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from ansible_collections.llmfleet.cluster.plugins.module_utils import k8s_labels as kl
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import k8s_labels as kl
 
 SPR = {  # a Sapphire Rapids Xeon as the probe reports it
     "arch": "x86_64",

@@ -1,4 +1,4 @@
-"""plugins/module_utils/vllm.py: the decisions the lws target adds to the plan."""
+"""plugins/plugin_utils/vllm.py: the decisions the lws target adds to the plan."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible_collections.llmfleet.cluster.plugins.module_utils import vllm as V
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import vllm as V
 
 GIB = 1024
 IMAGE_ARCH = {"aarch64": "arm64", "x86_64": "x86_64"}

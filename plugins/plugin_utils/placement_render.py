@@ -1,0 +1,197 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The plan's output: its host rows and table, llama-server's placement arguments, the vLLM stages
+(pure).
+"""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+import math
+from typing import Any, Dict, List
+
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import (
+    Placement,
+    Prediction,
+    kv_bytes,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import (
+    MIB,
+    Host,
+    Model,
+    Options,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import (
+    tensor_split_for,
+    verify_split,
+)
+
+__metaclass__ = type
+
+
+def _rows(
+    head: Host,
+    workers: List[Host],
+    head_layers: int,
+    counts: List[int],
+    output_on_head: bool,
+    preds: List[Prediction],
+) -> List[Dict[str, Any]]:
+    rows: List[Dict[str, Any]] = []
+    start = 0
+    for i, (host, pred) in enumerate(zip([head, *workers], preds)):
+        count = head_layers if i == 0 else counts[i - 1]
+        holds_output = (i == 0 and (output_on_head or not workers)) or (
+            i == len(workers) and i > 0 and not output_on_head
+        )
+        row: Dict[str, Any] = {
+            "name": host.name,
+            "role": host.role,
+            "endpoint": host.endpoint,
+            "address": host.address,
+            "layers": [start, start + count],
+            "output_layer": bool(holds_output),
+            "threads": host.cpus,
+            "predicted_mib": pred.mib(),
+            "usable_mib": round(host.usable_mib, 1),
+            "reserve_mib": round(host.reserve_mib, 1),
+            "headroom_mib": round(host.budget_mib - pred.total / MIB, 1),
+        }
+        if host.role == "worker":
+            row["port"] = host.port
+        rows.append(row)
+        start += count
+    return rows
+
+
+def render_table(rows: List[Dict[str, Any]]) -> str:
+    """The plan as a fixed-width text table (also used in errors)."""
+    head = (
+        "host",
+        "role",
+        "layers",
+        "out",
+        "weights",
+        "kv",
+        "compute",
+        "total",
+        "usable",
+        "reserve",
+        "headroom",
+    )
+    lines = [head]
+    for r in rows:
+        first, last = r["layers"]
+        layers = "-" if last <= first else "%d-%d" % (first, last - 1)
+        p = r["predicted_mib"]
+        lines.append(
+            (
+                r["name"],
+                r["role"],
+                layers,
+                "yes" if r["output_layer"] else "",
+                "%.1f" % p["weights"],
+                "%.1f" % p["kv"],
+                "%.1f" % p["compute"],
+                "%.1f" % p["total"],
+                "%.0f" % r["usable_mib"],
+                "%.0f" % r.get("reserve_mib", 0),
+                "%.1f" % r["headroom_mib"],
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = []
+    for n, line in enumerate(lines):
+        out.append(
+            "  ".join(
+                c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))
+            ).rstrip()
+        )
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def llama_args(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:
+    """--rpc, --tensor-split, -ngl, -sm, -ot, -c, -np for a placement (checked against the rule)."""
+    n = model.n_layer
+    args: List[str] = []
+    rpc = ",".join(h.endpoint or "" for h in p.workers)
+    ts = ""
+    slot_counts: List[int] = []
+    if p.workers:
+        ngl = n + 1 - p.head_layers
+        slot_counts = list(p.worker_layers)
+        slot_counts[-1] += 1  # the output slot goes to the last device with a share
+        ts = tensor_split_for(slot_counts)
+        verify_split(ts, slot_counts, n, ngl)
+        args += ["--rpc", rpc, "--tensor-split", ts, "-ngl", str(ngl), "-sm", "layer"]
+        if p.output_on_head:
+            args += ["-ot", r"^(output|token_embd)\.weight$=CPU"]
+    else:
+        args += ["-ngl", "0"]
+    args += ["-c", str(opts.context), "-np", str(opts.parallel)]
+    if opts.cache_type_k != "f16":
+        args += ["--cache-type-k", opts.cache_type_k]
+    if opts.cache_type_v != "f16":
+        args += ["--cache-type-v", opts.cache_type_v]
+    return {
+        "rpc": rpc,
+        "tensor_split": ts,
+        "layer_counts": list(p.worker_layers),
+        "slot_counts": slot_counts,
+        "llama_server_args": args,
+    }
+
+
+def _vllm_stages(hosts: List[Host], weights: List[float], model: Model, opts: Options) -> Dict[str, Any]:
+    """One pipeline stage per host, layers in proportion to `weights` with every stage holding at
+    least one layer (largest remainder); KV space per rank for the context, in whole GiB (>= 1)."""
+    hosts, weights = hosts[: model.n_layer], weights[: model.n_layer]
+    rest = model.n_layer - len(hosts)
+    total_w = sum(weights) or 1
+    shares = [rest * w / total_w for w in weights]
+    extra = [math.floor(s) for s in shares]
+    for i in sorted(range(len(hosts)), key=lambda i: (shares[i] - extra[i], -i), reverse=True)[
+        : rest - sum(extra)
+    ]:
+        extra[i] += 1
+    counts = [1 + e for e in extra]
+    start, kv_max, weights_mib = 0, 0.0, []
+    for i, c in enumerate(counts):
+        kv_max = max(kv_max, kv_bytes(model, range(start, start + c), opts))
+        # What vLLM's rank i loads: its own layers, the embedding on the first rank, the final norm
+        # and the lm_head on the last (a tied lm_head is the embedding again there).
+        stage = sum(model.layer_bytes[start : start + c])
+        if i == 0:
+            stage += model.token_embd_bytes
+        if i == len(counts) - 1:
+            stage += model.output_bytes + model.output_norm_bytes
+        weights_mib.append(round(stage / MIB, 3))
+        start += c
+    return {
+        "pipeline_size": len(hosts),
+        "pp_layer_partition": ",".join(str(c) for c in counts),
+        "stages": [h.name for h in hosts],
+        "kvcache_space_gib": max(1, math.ceil(kv_max / (1024.0 * MIB))),
+        "stage_weights_mib": weights_mib,
+    }
+
+
+def vllm_partition(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:
+    """vLLM stages from the llama.cpp placement: one rank per host it uses (the head is rank 0),
+    layers in proportion to that plan's layer counts."""
+    return _vllm_stages(p.hosts(), [float(p.head_layers), *map(float, p.worker_layers)], model, opts)
+
+
+def vllm_spread(model: Model, head: Host, workers: List[Host], opts: Options) -> Dict[str, Any]:
+    """vLLM stages over the head and every worker (fastest first), layers in proportion to each
+    host's budget (the lws target: the user chose the nodes)."""
+    hosts = [head, *sorted(workers, key=lambda h: h.rank)]
+    return _vllm_stages(hosts, [max(h.budget_mib, 1.0) for h in hosts], model, opts)
+
+
+def plan_entry(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:
+    args = llama_args(p, model, opts)
+    rows = _rows(p.head, p.workers, p.head_layers, p.worker_layers, p.output_on_head, p.predictions)
+    return {"hosts": rows, "workers": [h.name for h in p.workers], **args}

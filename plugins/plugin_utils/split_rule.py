@@ -1,0 +1,67 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""llama.cpp's split rule (float32, as in llama-model.cpp) and its inverse: the --tensor-split that
+gives each RPC device exactly the wanted slots (pure).
+"""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+import struct
+from typing import List, Sequence
+
+__metaclass__ = type
+
+
+def _f32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def assign_slots(tensor_split: Sequence[float], n_layer: int, ngl: int) -> List[int]:
+    """Device index per slot (n_layer + 1 slots) as llama.cpp assigns them; -1 means the head's CPU.
+
+    ``tensor_split`` has one weight per RPC device (``--rpc`` order). An all-zero split is not
+    modelled here (it uses each device's reported memory): the planner never emits one.
+    """
+    n_dev = len(tensor_split)
+    if n_dev == 0 or ngl <= 0:
+        return [-1] * (n_layer + 1)
+    if all(float(x) == 0.0 for x in tensor_split):
+        raise ValueError("an all-zero tensor split is decided by llama.cpp from reported memory")
+    splits: List[float] = []
+    total = _f32(0.0)
+    for x in tensor_split:
+        total = _f32(total + _f32(float(x)))
+        splits.append(total)
+    splits = [_f32(s / total) for s in splits]
+    cpu_slots = max(n_layer + 1 - ngl, 0)
+    act = min(ngl, n_layer + 1)
+    out: List[int] = []
+    for il in range(n_layer + 1):
+        if il < cpu_slots or il - cpu_slots >= act:
+            out.append(-1)
+            continue
+        x = _f32(_f32(float(il - cpu_slots)) / act)
+        # upper_bound: first index whose value is greater than x
+        out.append(next((i for i, s in enumerate(splits) if s > x), n_dev))
+    return out
+
+
+def tensor_split_for(slot_counts: Sequence[int]) -> str:
+    """The ``--tensor-split`` string that gives each RPC device exactly ``slot_counts[i]`` slots.
+
+    Using the counts themselves makes llama.cpp's cumulative fractions exactly count/total, so
+    the upper_bound lands on the intended device (the self-check in :func:`verify_split` proves
+    it for every plan).
+    """
+    if not slot_counts or any(c < 0 for c in slot_counts) or sum(slot_counts) == 0:
+        raise ValueError("slot counts must be non-negative with a positive sum: %r" % (list(slot_counts),))
+    return ",".join(str(int(c)) for c in slot_counts)
+
+
+def verify_split(tensor_split: str, slot_counts: Sequence[int], n_layer: int, ngl: int) -> None:
+    ts = [float(x) for x in tensor_split.split(",")]
+    slots = assign_slots(ts, n_layer, ngl)
+    got = [slots.count(i) for i in range(len(ts))]
+    if got != list(slot_counts):
+        raise AssertionError("tensor split %s gives %r, wanted %r" % (tensor_split, got, list(slot_counts)))
