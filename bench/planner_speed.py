@@ -220,7 +220,10 @@ def ensure_rpc_servers(plan: dict, workers: list[str]) -> list[str]:
     where = {h["name"]: h for h in (plan.get("planned_with") or {}).get("hosts") or []}
     for w in workers:
         active = subprocess.run(
-            ["podman", "exec", w, "systemctl", "is-active", RPC_UNIT], text=True, capture_output=True
+            ["podman", "exec", w, "systemctl", "is-active", RPC_UNIT],
+            text=True,
+            capture_output=True,
+            check=False,
         )
         if active.stdout.strip() == "active":
             continue
