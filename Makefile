@@ -14,8 +14,11 @@ DEMO_INVENTORY ?= inventories/demo
 SCENARIO ?=
 # pytest-xdist workers for `make unit` and `make manifests` (PYTEST_JOBS=0: one process, as before).
 # Whole test files go to one worker (--dist loadfile), so a module's fixtures still render once.
+# --no-loadscope-reorder hands the files out in collection order, which tests/conftest.py starts
+# with the files holding a `slow` test; xdist's default re-sorts them by test count, which sent
+# the one-test 2-minute files (test_lock_flow.py) last, to run alone after the other worker was done.
 PYTEST_JOBS ?= 2
-PYTEST_PAR = -n $(PYTEST_JOBS) --dist loadfile
+PYTEST_PAR = -n $(PYTEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 export PATH := $(VENV)/bin:$(PATH)
 export CACHE
