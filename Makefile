@@ -14,11 +14,13 @@ DEMO_INVENTORY ?= inventories/demo
 SCENARIO ?=
 # pytest-xdist workers for `make unit` and `make manifests` (PYTEST_JOBS=0: one process, as before).
 # Whole test files go to one worker (--dist loadfile), so a module's fixtures still render once.
-# --no-loadscope-reorder hands the files out in collection order, which tests/conftest.py starts
-# with the files holding a `slow` test; xdist's default re-sorts them by test count, which sent
-# the one-test 2-minute files (test_lock_flow.py) last, to run alone after the other worker was done.
 PYTEST_JOBS ?= 2
-PYTEST_PAR = -n $(PYTEST_JOBS) --dist loadfile --no-loadscope-reorder
+PYTEST_PAR = -n $(PYTEST_JOBS) --dist loadfile
+# tests/unit: the files in collection order, which tests/conftest.py starts with the files holding
+# a `slow` test. xdist's default re-sorts them by test count, which sent the one-test files of
+# 1-4 minutes (test_lock_flow.py, test_k3s_install.py) last, to run alone after the other worker
+# was done (docs/testing.md, "Test time").
+UNIT_PAR = $(PYTEST_PAR) --no-loadscope-reorder
 
 export PATH := $(VENV)/bin:$(PATH)
 export CACHE
@@ -80,7 +82,7 @@ lint: venv link
 	antsibull-changelog lint-changelog-yaml --strict changelogs/changelog.yaml
 
 unit: venv link
-	pytest -q $(PYTEST_PAR) tests/unit
+	pytest -q $(UNIT_PAR) tests/unit
 
 docs-check: venv link
 	@bash scripts/check-plugin-docs.sh
