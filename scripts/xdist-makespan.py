@@ -50,7 +50,7 @@ def by_file(ids: list[str]) -> dict[str, list[str]]:
 def span(files: dict[str, list[str]], per_test: dict[str, float], workers: int) -> list[float]:
     """Seconds each worker runs, replaying LoadScopeScheduling (assign a file while pending <= 2)."""
     queue = list(files.values())
-    pending: list[list[str]] = [[] for _ in range(workers)]
+    pending: list[list[str]] = [[] for _node in range(workers)]
     clock = [0.0] * workers
 
     def assign(node: int) -> None:
