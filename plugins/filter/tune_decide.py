@@ -51,7 +51,8 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: >-
-    C(redeploy) (bool), C(gain) (predicted after / before - 1), C(min_gain), C(predicted_before)
+    C(redeploy) (bool), C(head_only) (the plans start the same workers the same way: serving one is
+    the head's plan.json and a restart), C(gain) (predicted after / before - 1), C(min_gain), C(predicted_before)
     and C(predicted_after) (tokens_per_second, ms_per_token, ttft_s, bottleneck, hosts, links),
     C(schedule) (the measured rounds - before, after, before, after - or only before) and C(reason).
   type: dict

@@ -131,6 +131,17 @@ def predict(
     return est.to_plan()
 
 
+def _workers_of(plan: Mapping[str, Any]) -> List[Any]:
+    """What the workers' rpc-servers are started with: name, endpoint and threads of each worker
+    the plan uses (sorted). Two plans with the same list differ only in the head's arguments."""
+    used = set(plan.get("workers") or [])
+    return sorted(
+        (str(h.get("name")), str(h.get("endpoint")), str(h.get("threads")))
+        for h in plan.get("hosts") or []
+        if isinstance(h, Mapping) and h.get("name") in used
+    )
+
+
 def decide(
     before: Mapping[str, Any],
     after: Mapping[str, Any],
@@ -140,8 +151,10 @@ def decide(
 ) -> Dict[str, Any]:
     """Whether to redeploy ``after`` (the speed plan) in place of ``before`` (the running plan).
 
-    Returns ``redeploy``, ``gain`` (predicted after / before - 1), both predictions, the
-    ``schedule`` of measured rounds and ``reason``."""
+    Returns ``redeploy``, ``head_only`` (the two plans start the same workers the same way: only
+    the head's llama-server arguments differ, so serving either is the head's plan.json and a
+    restart), ``gain`` (predicted after / before - 1), both predictions, the ``schedule`` of
+    measured rounds and ``reason``."""
     try:
         min_gain = float(min_gain)
     except (TypeError, ValueError) as err:
@@ -178,6 +191,7 @@ def decide(
         )
     return {
         "redeploy": redeploy,
+        "head_only": redeploy and _workers_of(before) == _workers_of(after),
         "gain": round(gain, 4),
         "min_gain": min_gain,
         "predicted_before": pred_before,

@@ -28,8 +28,20 @@ def plan(fast, nas, args):
         "head": "head",
         "hosts": [
             {"name": "head", "layers": [0, 0], "output_layer": True},
-            {"name": "fast", "layers": [0, fast], "output_layer": False},
-            {"name": "nas", "layers": [fast, fast + nas], "output_layer": False},
+            {
+                "name": "fast",
+                "layers": [0, fast],
+                "output_layer": False,
+                "endpoint": "10.0.0.2:50052",
+                "threads": 2,
+            },
+            {
+                "name": "nas",
+                "layers": [fast, fast + nas],
+                "output_layer": False,
+                "endpoint": "10.0.0.3:50052",
+                "threads": 1,
+            },
         ],
         "workers": ["fast", "nas"],
         "llama_server_args": ["--tensor-split", args],
@@ -57,6 +69,23 @@ def test_redeploy_above_the_threshold_with_the_schedule_a_b_a_b():
     assert d["gain"] == pytest.approx(28.096 / 19.096 - 1, abs=1e-3)
     assert d["schedule"] == ["before", "after", "before", "after"]
     assert d["reason"].startswith("redeploy: the speed plan is predicted 47% faster")
+    # the same two workers, started the same way: only the head's arguments change
+    assert d["head_only"] is True
+
+
+def test_a_speed_plan_that_changes_a_worker_is_not_head_only():
+    for change in ({"threads": 1}, {"endpoint": "10.0.0.9:50052"}):
+        other = dict(SPEEDY, hosts=[dict(h, **change) if h["name"] == "fast" else h for h in SPEEDY["hosts"]])
+        d = T.decide(MEMORY, other, SPEED, LAYOUT, 0.10)
+        assert d["redeploy"] is True and d["head_only"] is False, change
+    # a worker left out by the speed plan: its rpc-server is no longer needed
+    fewer = dict(SPEEDY, workers=["fast"])
+    fewer["hosts"] = [h if h["name"] != "nas" else dict(h, layers=[8, 8]) for h in SPEEDY["hosts"]]
+    fewer["hosts"][1] = dict(fewer["hosts"][1], layers=[0, 8])
+    d = T.decide(MEMORY, fewer, SPEED, LAYOUT, 0.10)
+    assert d["head_only"] is False
+    # nothing to redeploy is never head_only
+    assert T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.60)["head_only"] is False
 
 
 def test_no_redeploy_at_or_below_the_threshold():
