@@ -45,7 +45,9 @@ def test_a_revert_round_is_served_but_not_measured() -> None:
     assert revert["vars"]["__tune_round"] == "revert"
     assert "not __tune.gain_confirmed" in revert["when"]
     keep_plan = next(t for t in tasks if str(t.get("name", "")).startswith("Keep the confirmed speed plan"))
-    assert "__tune.gain_confirmed" in keep_plan["when"] and "not __tune.gain_confirmed" not in keep_plan["when"]
+    assert (
+        "__tune.gain_confirmed" in keep_plan["when"] and "not __tune.gain_confirmed" not in keep_plan["when"]
+    )
 
 
 def test_profile_yml_runs_only_when_the_decision_says_so() -> None:
