@@ -62,3 +62,21 @@ def test_profile_yml_runs_only_when_the_decision_says_so() -> None:
     )
     # without profile.yml's probe the plan role has no facts: probe then
     assert probe["when"] == "ansible_check_mode or not __tune_measure.measure"
+
+
+def test_profile_yml_puts_the_served_plan_back_as_the_role_wrote_it() -> None:
+    # it put it back with mode 0644: the next round (or site.yml) rewrote it 0640 and restarted
+    # llama-server for nothing
+    role = next(
+        t["ansible.builtin.copy"]
+        for t in _tasks(ROOT / "roles" / "llama_rpc" / "tasks" / "systemd_head.yml")
+        if t.get("name") == "Write the plan the supervisor follows"
+    )
+    back = next(
+        t["ansible.builtin.copy"]
+        for p in _tasks(ROOT / "playbooks" / "profile.yml")
+        for t in p.get("tasks") or []
+        if t.get("name") == "Put the served plan back"
+    )
+    assert back["mode"] == role["mode"] and back["owner"] == role["owner"]
+    assert "llama_rpc_group" in back["group"]
