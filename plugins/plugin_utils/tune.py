@@ -148,8 +148,14 @@ def decide(
     speed: Mapping[str, Mapping[str, Any]],
     layout: Mapping[str, Any],
     min_gain: float = 0.10,
+    previous: Any = None,
 ) -> Dict[str, Any]:
     """Whether to redeploy ``after`` (the speed plan) in place of ``before`` (the running plan).
+
+    ``previous``: the tune.json of the last run (or None). When it measured this same speed plan
+    against this same running plan and did not keep it (its measured gain not above its
+    ``min_gain``), the plan is not redeployed again: the reason quotes that verdict (pass
+    ``previous=None``, ``tune_retry``, to measure it again).
 
     Returns ``redeploy``, ``head_only`` (the two plans start the same workers the same way: only
     the head's llama-server arguments differ, so serving either is the head's plan.json and a
@@ -167,10 +173,25 @@ def decide(
     pred_after = predict(after, speed, layout)
     same = list(before.get("llama_server_args") or []) == list(after.get("llama_server_args") or [])
     gain = pred_after["tokens_per_second"] / pred_before["tokens_per_second"] - 1.0
+    rejected = (
+        isinstance(previous, Mapping)
+        and previous.get("redeployed") is True
+        and previous.get("gain_confirmed") is False
+        and list((previous.get("before") or {}).get("llama_server_args") or [])
+        == list(before.get("llama_server_args") or [])
+        and list((previous.get("after") or {}).get("llama_server_args") or [])
+        == list(after.get("llama_server_args") or [])
+    )
     if same:
         redeploy = False
         reason = (
             "the fleet already runs the speed plan (the same llama-server arguments): nothing to redeploy"
+        )
+    elif gain > min_gain and rejected:
+        redeploy = False
+        reason = (
+            "no redeploy: this speed plan was measured against the running plan before and not kept (%s); "
+            "tune_retry=true measures it again" % previous.get("verdict")
         )
     elif gain > min_gain:
         redeploy = True

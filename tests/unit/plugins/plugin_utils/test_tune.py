@@ -222,3 +222,22 @@ def test_always_and_never_override_the_profile():
     with pytest.raises(AnsibleFilterError, match="tune_needs_profile: tune_profile must be one of"):
         tune_needs_profile(MEMORY, FRESH, "sometimes")
     assert tune_needs_profile(MEMORY, FRESH)["measure"] is False
+
+
+def test_a_speed_plan_measured_and_not_kept_is_not_redeployed_again():
+    d = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10)
+    rounds = [{"plan": p, "summary": summary(10.0)} for p in ("before", "after", "before", "after")]
+    last = T.report(d, MEMORY, SPEEDY, rounds)
+    assert last["gain_confirmed"] is False
+    again = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10, previous=last)
+    assert again["redeploy"] is False and again["schedule"] == ["before"]
+    assert again["reason"].startswith(
+        "no redeploy: this speed plan was measured against the running plan before"
+    )
+    assert last["verdict"] in again["reason"]
+    # another speed plan, a kept one, or no previous run: decided on the prediction as before
+    other = plan(6, 2, "6,2")
+    assert T.decide(MEMORY, other, SPEED, LAYOUT, 0.10, previous=last)["redeploy"] is True
+    kept = dict(last, gain_confirmed=True)
+    assert T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10, previous=kept)["redeploy"] is True
+    assert tune_decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10, previous=None)["redeploy"] is True
