@@ -38,6 +38,12 @@ options:
     description: The predicted gain (a fraction, 0.10 = 10 %) the speed plan must exceed.
     type: float
     default: 0.10
+  previous:
+    description:
+      - The last run's C(tune.json), or null. When it measured this same speed plan against this
+        same running plan and did not keep it, the speed plan is not redeployed again.
+    type: raw
+    default: null
 """
 
 EXAMPLES = r"""
@@ -51,7 +57,8 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: >-
-    C(redeploy) (bool), C(gain) (predicted after / before - 1), C(min_gain), C(predicted_before)
+    C(redeploy) (bool), C(head_only) (the plans start the same workers the same way: serving one is
+    the head's plan.json and a restart), C(gain) (predicted after / before - 1), C(min_gain), C(predicted_before)
     and C(predicted_after) (tokens_per_second, ms_per_token, ttft_s, bottleneck, hosts, links),
     C(schedule) (the measured rounds - before, after, before, after - or only before) and C(reason).
   type: dict
@@ -61,9 +68,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.tune import TuneError, decide
 
 
-def tune_decide(before, after, speed, layout, min_gain=0.10):
+def tune_decide(before, after, speed, layout, min_gain=0.10, previous=None):
     try:
-        return decide(before or {}, after or {}, speed or {}, layout or {}, min_gain)
+        return decide(before or {}, after or {}, speed or {}, layout or {}, min_gain, previous or None)
     except (TuneError, ValueError) as err:
         raise AnsibleFilterError("tune_decide: %s" % err) from err
 

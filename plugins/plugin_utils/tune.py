@@ -11,7 +11,10 @@ Controller only. Three steps, each a pure function of plain data:
 - :func:`decide`: redeploy the speed plan only when its predicted gain over the running plan is
   more than ``min_gain`` (a fraction: 0.10 = 10 %); the reason is a sentence for the output.
 - :func:`report`: tune.json from the measured rounds (the two plans alternated: A, B, A, B, so
-  that the machine's drift weighs on both) and the before/after table.
+  that the machine's drift weighs on both), the measured gain against ``min_gain`` (the speed
+  plan is kept only when it is confirmed) and the before/after table.
+- :func:`needs_profile`: whether tune.yml must measure (profile.yml) before it re-plans, or can
+  reuse the figures of profile.json.
 """
 
 from __future__ import absolute_import, annotations, division, print_function
@@ -29,6 +32,7 @@ __metaclass__ = type
 # The measured order of the two plans when the speed plan is deployed: the running plan (A)
 # first, as it is, then the new one (B), then each once more; the fleet ends on B.
 SCHEDULE = ("before", "after", "before", "after")
+PROFILE_MODES = ("auto", "always", "never")
 
 
 class TuneError(ValueError):
@@ -58,6 +62,39 @@ def _counts(plan: Mapping[str, Any]) -> Dict[str, Any]:
         else:
             workers.append((name, count))
     return {"head": head, "head_layers": head_layers, "workers": workers, "output_on_head": output_on_head}
+
+
+def needs_profile(plan: Mapping[str, Any], figures: Mapping[str, Any], mode: Any = "auto") -> Dict[str, Any]:
+    """Whether tune.yml measures the fleet (profile.yml) before it re-plans.
+
+    ``figures``: profile_speed's result for the plan's hosts (``speed``: host -> figures,
+    ``remeasure``: why a host's figures cannot be used). ``mode``: ``always`` measures,
+    ``never`` reuses profile.json as it is (a host without figures then fails the prediction,
+    named), ``auto`` measures unless every host of the running plan has usable figures: a
+    second run on a tuned fleet restarts nothing. Returns ``measure`` and ``reason``."""
+    mode = str(mode).lower() if not isinstance(mode, bool) else ("always" if mode else "never")
+    if mode not in PROFILE_MODES:
+        raise TuneError("tune_profile must be one of %s, got %r" % (", ".join(PROFILE_MODES), mode))
+    if mode == "always":
+        return {"measure": True, "reason": "tune_profile is always: measuring the running plan"}
+    if mode == "never":
+        return {"measure": False, "reason": "tune_profile is never: the figures of profile.json as they are"}
+    parts = _counts(plan)
+    names = [parts["head"]] + [name for name, _count in parts["workers"]]
+    speed = figures.get("speed") or {}
+    missing = [name for name in names if name not in speed]
+    if not missing:
+        return {
+            "measure": False,
+            "reason": "profile.json has usable figures for every host of the running plan (%s): "
+            "reusing them (tune_profile=always measures again)" % ", ".join(names),
+        }
+    why = [r for r in figures.get("remeasure") or [] if str(r).split(":", 1)[0] in missing]
+    return {
+        "measure": True,
+        "reason": "measuring the running plan: no usable figures for %s%s"
+        % (", ".join(missing), " (%s)" % "; ".join(why) if why else " (no profile.json)"),
+    }
 
 
 def predict(
@@ -94,17 +131,36 @@ def predict(
     return est.to_plan()
 
 
+def _workers_of(plan: Mapping[str, Any]) -> List[Any]:
+    """What the workers' rpc-servers are started with: name, endpoint and threads of each worker
+    the plan uses (sorted). Two plans with the same list differ only in the head's arguments."""
+    used = set(plan.get("workers") or [])
+    return sorted(
+        (str(h.get("name")), str(h.get("endpoint")), str(h.get("threads")))
+        for h in plan.get("hosts") or []
+        if isinstance(h, Mapping) and h.get("name") in used
+    )
+
+
 def decide(
     before: Mapping[str, Any],
     after: Mapping[str, Any],
     speed: Mapping[str, Mapping[str, Any]],
     layout: Mapping[str, Any],
     min_gain: float = 0.10,
+    previous: Any = None,
 ) -> Dict[str, Any]:
     """Whether to redeploy ``after`` (the speed plan) in place of ``before`` (the running plan).
 
-    Returns ``redeploy``, ``gain`` (predicted after / before - 1), both predictions, the
-    ``schedule`` of measured rounds and ``reason``."""
+    ``previous``: the tune.json of the last run (or None). When it measured this same speed plan
+    against this same running plan and did not keep it (its measured gain not above its
+    ``min_gain``), the plan is not redeployed again: the reason quotes that verdict (pass
+    ``previous=None``, ``tune_retry``, to measure it again).
+
+    Returns ``redeploy``, ``head_only`` (the two plans start the same workers the same way: only
+    the head's llama-server arguments differ, so serving either is the head's plan.json and a
+    restart), ``gain`` (predicted after / before - 1), both predictions, the ``schedule`` of
+    measured rounds and ``reason``."""
     try:
         min_gain = float(min_gain)
     except (TypeError, ValueError) as err:
@@ -117,10 +173,25 @@ def decide(
     pred_after = predict(after, speed, layout)
     same = list(before.get("llama_server_args") or []) == list(after.get("llama_server_args") or [])
     gain = pred_after["tokens_per_second"] / pred_before["tokens_per_second"] - 1.0
+    rejected = (
+        isinstance(previous, Mapping)
+        and previous.get("redeployed") is True
+        and previous.get("gain_confirmed") is False
+        and list((previous.get("before") or {}).get("llama_server_args") or [])
+        == list(before.get("llama_server_args") or [])
+        and list((previous.get("after") or {}).get("llama_server_args") or [])
+        == list(after.get("llama_server_args") or [])
+    )
     if same:
         redeploy = False
         reason = (
             "the fleet already runs the speed plan (the same llama-server arguments): nothing to redeploy"
+        )
+    elif gain > min_gain and rejected:
+        redeploy = False
+        reason = (
+            "no redeploy: this speed plan was measured against the running plan before and not kept (%s); "
+            "tune_retry=true measures it again" % previous.get("verdict")
         )
     elif gain > min_gain:
         redeploy = True
@@ -141,6 +212,7 @@ def decide(
         )
     return {
         "redeploy": redeploy,
+        "head_only": redeploy and _workers_of(before) == _workers_of(after),
         "gain": round(gain, 4),
         "min_gain": min_gain,
         "predicted_before": pred_before,
@@ -216,6 +288,31 @@ def report(
     out_before = side("before", before, decision["predicted_before"])
     out_after = side("after", after, pred_after)
     ratio = out_after["tokens_per_second"] / out_before["tokens_per_second"]
+    min_gain = float(decision.get("min_gain") or 0.0)
+    measured_gain = ratio - 1.0
+    if redeployed:
+        # rounded: 11 / 10 - 1 is 0.10000000000000009 in floating point, not above 10 %
+        confirmed = round(measured_gain, 6) > min_gain
+        verdict = (
+            "%s: the speed plan measured %+.0f%% (%.2f -> %.2f tokens/s, medians of %d and %d rounds), %s %.0f%%"
+            % (
+                "kept" if confirmed else "not kept, the running plan is served again",
+                100 * measured_gain,
+                out_before["tokens_per_second"],
+                out_after["tokens_per_second"],
+                out_before["rounds"],
+                out_after["rounds"],
+                "above" if confirmed else "not above",
+                100 * min_gain,
+            )
+        )
+    else:
+        confirmed = None
+        verdict = "nothing redeployed: %.2f tokens/s measured over %d round%s" % (
+            out_before["tokens_per_second"],
+            out_before["rounds"],
+            "" if out_before["rounds"] == 1 else "s",
+        )
     out = {
         "before": out_before,
         "after": out_after,
@@ -224,6 +321,9 @@ def report(
             "after": out_after["predicted_tokens_per_second"],
         },
         "ratio": round(ratio, 3),
+        "measured_gain": round(measured_gain, 4),
+        "gain_confirmed": confirmed,
+        "verdict": verdict,
         "redeployed": redeployed,
         "predicted_gain": decision.get("gain"),
         "min_gain": decision.get("min_gain"),
@@ -261,4 +361,6 @@ def table(result: Mapping[str, Any]) -> List[str]:
             result.get("reason"),
         )
     )
+    if result.get("verdict"):
+        lines.append(str(result["verdict"]))
     return lines

@@ -1,9 +1,9 @@
 """playbooks/tune.yml on a small uneven fleet (run by molecule's verify step, in file order).
 
 converge deployed the memory plan (no profile yet). The first tune.yml run must measure, re-plan
-for speed, redeploy and measure both plans alternately, the speed plan faster by a margin that
-survives the machine's noise; the second run must find the fleet at the speed plan and change
-nothing; check mode must change nothing. Prints every figure it asserts on.
+for speed, redeploy and measure both plans alternately, the speed plan's measured gain above
+tune_min_gain (tune.json's verdict "kept"); the second run must reuse that profile, find the
+fleet at the speed plan and change nothing; check mode must change nothing. Prints every figure it asserts on.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ ROOT = SCENARIO.parents[1]
 OUT = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "out"
 HEAD_UNIT = "llmfleet-llama-server.service"
 RPC_UNIT = "llmfleet-rpc-server.service"
-# The speed plan must measure at least this much faster than the memory plan (predicted: about 2x).
-MIN_RATIO = 1.2
-# Small rounds and a short profiling request: the check must stay short.
-EXTRA = ["-e", "tune_requests=1", "-e", "tune_max_tokens=16", "-e", "profile_max_tokens=24"]
+# Each round the median of 3 requests of 64 tokens: one 16-token request measured the same plan at
+# 7.5 and 21.0 tokens/s (a request's ~0.5 s start weighs on short ones, docs/planner-speed.md).
+EXTRA = ["-e", "tune_requests=3", "-e", "tune_max_tokens=64", "-e", "profile_max_tokens=64"]
+# Kept after molecule destroys the fleet (the ephemeral directory goes with it).
+KEEP = Path(os.environ.get("TUNE_KEEP_DIR", "/tmp/llmfleet-tune-out"))
 
 
 def sh(host: str, command: str) -> str:
@@ -45,6 +46,7 @@ def tune(*args: str) -> tuple[str, float]:
     with path.open("w") as out:
         proc = subprocess.run(
             ["ansible-playbook", "-i", str(inventory), "llmfleet.cluster.tune", *EXTRA, *args],
+            env={**os.environ, "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks"},
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,
@@ -54,6 +56,11 @@ def tune(*args: str) -> tuple[str, float]:
         )
     took = time.monotonic() - start
     log = path.read_text()
+    KEEP.mkdir(parents=True, exist_ok=True)
+    (KEEP / path.name).write_text(log)
+    for name in ("profile.json", "tune.json", "plan.json", "tune/plan.json"):
+        if (OUT / name).exists():
+            (KEEP / f"{path.stem}-{name.replace('/', '-')}").write_text((OUT / name).read_text())
     print(f"\ntune.yml {' '.join(args)}: {took:.1f} s, output in {path}")
     assert proc.returncode == 0, log[-4000:]
     return log, took
@@ -96,22 +103,27 @@ def test_tune_redeploys_the_speed_plan_and_it_measures_faster() -> None:
     assert result["after"]["llama_server_args"] != before_plan["llama_server_args"]
     # A, B, A, B in one run
     assert [r["plan"] for r in result["rounds"]] == ["before", "after", "before", "after"]
-    # the fleet ends on the speed plan: the plan.json on the controller and the head's own copy
-    now = json.loads((OUT / "plan.json").read_text())
-    served = json.loads(sh(HEAD, "cat /etc/llmfleet/plan.json"))
-    assert now["llama_server_args"] == result["after"]["llama_server_args"]
-    assert served["llama_server_args"] == result["after"]["llama_server_args"]
-    print(f"speed plan layers {layers(now)} (memory plan {layers(before_plan)})")
-    assert layers(now)["tune-fast"] > layers(before_plan)["tune-fast"]
     # the gain, from the rounds themselves (medians per plan)
     tps = {
         side: statistics.median(r["tokens_per_second"] for r in result["rounds"] if r["plan"] == side)
         for side in ("before", "after")
     }
     ratio = tps["after"] / tps["before"]
-    print(f"measured {tps['before']:.2f} -> {tps['after']:.2f} tokens/s: {ratio:.2f}x (need >= {MIN_RATIO}x)")
-    assert ratio >= MIN_RATIO, result["rounds"]
+    need = 1.0 + result["min_gain"]
+    print(f"measured {tps['before']:.2f} -> {tps['after']:.2f} tokens/s: {ratio:.2f}x (need > {need:.2f}x)")
+    print(result["verdict"])
+    assert ratio > need, result["rounds"]
+    assert result["gain_confirmed"] is True and result["verdict"].startswith("kept: "), result["verdict"]
+    assert result["verdict"] in log
+    # kept: the fleet ends on the speed plan: the plan.json on the controller and the head's own copy
+    now = json.loads((OUT / "plan.json").read_text())
+    served = json.loads(sh(HEAD, "cat /etc/llmfleet/plan.json"))
+    assert now["llama_server_args"] == result["after"]["llama_server_args"]
+    assert served["llama_server_args"] == result["after"]["llama_server_args"]
+    print(f"speed plan layers {layers(now)} (memory plan {layers(before_plan)})")
+    assert layers(now)["tune-fast"] > layers(before_plan)["tune-fast"]
     assert "redeploy: the speed plan is predicted" in log
+    assert "measuring the running plan: no usable figures for" in log
 
 
 def test_a_second_run_changes_nothing() -> None:
@@ -121,6 +133,8 @@ def test_a_second_run_changes_nothing() -> None:
     print(f"\ntune.yml second run: {took:.1f} s; {result['reason']}")
     assert result["redeployed"] is False
     assert result["reason"] in log
+    # the first run's figures are reused: no measuring placement, no restart
+    assert "profile.json has usable figures for every host of the running plan" in log
     assert [r["plan"] for r in result["rounds"]] == ["before"]
     assert result["after"]["llama_server_args"] == result["before"]["llama_server_args"]
     assert pids() == running, "a second run restarted a llama.cpp process"

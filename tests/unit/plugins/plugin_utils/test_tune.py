@@ -7,6 +7,7 @@ import math
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.cluster.plugins.filter.tune_decide import tune_decide
+from ansible_collections.llmfleet.cluster.plugins.filter.tune_needs_profile import tune_needs_profile
 from ansible_collections.llmfleet.cluster.plugins.filter.tune_report import tune_report
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import tune as T
 
@@ -27,8 +28,20 @@ def plan(fast, nas, args):
         "head": "head",
         "hosts": [
             {"name": "head", "layers": [0, 0], "output_layer": True},
-            {"name": "fast", "layers": [0, fast], "output_layer": False},
-            {"name": "nas", "layers": [fast, fast + nas], "output_layer": False},
+            {
+                "name": "fast",
+                "layers": [0, fast],
+                "output_layer": False,
+                "endpoint": "10.0.0.2:50052",
+                "threads": 2,
+            },
+            {
+                "name": "nas",
+                "layers": [fast, fast + nas],
+                "output_layer": False,
+                "endpoint": "10.0.0.3:50052",
+                "threads": 1,
+            },
         ],
         "workers": ["fast", "nas"],
         "llama_server_args": ["--tensor-split", args],
@@ -56,6 +69,23 @@ def test_redeploy_above_the_threshold_with_the_schedule_a_b_a_b():
     assert d["gain"] == pytest.approx(28.096 / 19.096 - 1, abs=1e-3)
     assert d["schedule"] == ["before", "after", "before", "after"]
     assert d["reason"].startswith("redeploy: the speed plan is predicted 47% faster")
+    # the same two workers, started the same way: only the head's arguments change
+    assert d["head_only"] is True
+
+
+def test_a_speed_plan_that_changes_a_worker_is_not_head_only():
+    for change in ({"threads": 1}, {"endpoint": "10.0.0.9:50052"}):
+        other = dict(SPEEDY, hosts=[dict(h, **change) if h["name"] == "fast" else h for h in SPEEDY["hosts"]])
+        d = T.decide(MEMORY, other, SPEED, LAYOUT, 0.10)
+        assert d["redeploy"] is True and d["head_only"] is False, change
+    # a worker left out by the speed plan: its rpc-server is no longer needed
+    fewer = dict(SPEEDY, workers=["fast"])
+    fewer["hosts"] = [h if h["name"] != "nas" else dict(h, layers=[8, 8]) for h in SPEEDY["hosts"]]
+    fewer["hosts"][1] = dict(fewer["hosts"][1], layers=[0, 8])
+    d = T.decide(MEMORY, fewer, SPEED, LAYOUT, 0.10)
+    assert d["head_only"] is False
+    # nothing to redeploy is never head_only
+    assert T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.60)["head_only"] is False
 
 
 def test_no_redeploy_at_or_below_the_threshold():
@@ -105,9 +135,37 @@ def test_report_takes_the_median_of_each_plans_rounds():
     assert r["predicted_tokens_per_second"]["after"] == pytest.approx(1000 / 19.096, abs=0.01)
     assert r["redeployed"] is True
     assert r["table"][1].split()[:3] == ["before", "11.00", "%.2f" % (1000 / 28.096)]
-    assert r["table"][-1].startswith(
+    assert r["table"][-2].startswith(
         "measured after/before: 1.64x over 4 rounds (before, after, before, after)"
     )
+    # 18 / 11 - 1 = 63.6 % > 10 %: the speed plan stays
+    assert r["measured_gain"] == pytest.approx(7 / 11, abs=1e-4)
+    assert r["gain_confirmed"] is True
+    assert r["verdict"] == (
+        "kept: the speed plan measured +64% (11.00 -> 18.00 tokens/s, medians of 2 and 2 rounds), above 10%"
+    )
+    assert r["table"][-1] == r["verdict"]
+
+
+@pytest.mark.parametrize(
+    ("after_tps", "confirmed", "shown"),
+    # medians 10 -> 10.9 is +9 %, 10 -> 11.5 is +15 %; at exactly 10 % (11.0) not above
+    [(10.9, False, "+9%"), (11.0, False, "+10%"), (11.5, True, "+15%"), (7.0, False, "-30%")],
+)
+def test_the_measured_gain_is_held_to_min_gain(after_tps, confirmed, shown):
+    d = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10)
+    rounds = [
+        {"plan": "before", "summary": summary(9.0)},
+        {"plan": "after", "summary": summary(after_tps - 1)},
+        {"plan": "before", "summary": summary(11.0)},
+        {"plan": "after", "summary": summary(after_tps + 1)},
+    ]
+    r = T.report(d, MEMORY, SPEEDY, rounds)
+    assert r["before"]["tokens_per_second"] == 10.0
+    assert r["gain_confirmed"] is confirmed
+    assert r["verdict"].startswith("kept: " if confirmed else "not kept, the running plan is served again: ")
+    assert f"measured {shown} (10.00 -> {after_tps:.2f}" in r["verdict"]
+    assert r["verdict"].endswith("above 10%" if confirmed else "not above 10%")
 
 
 def test_report_without_a_redeploy_is_the_running_plan_on_both_sides():
@@ -115,7 +173,9 @@ def test_report_without_a_redeploy_is_the_running_plan_on_both_sides():
     r = T.report(d, SPEEDY, MEMORY, [{"plan": "before", "summary": summary(18.0)}])
     assert r["redeployed"] is False and r["ratio"] == 1.0
     assert r["after"]["llama_server_args"] == ["--tensor-split", "7,1"]
-    assert "nothing to redeploy" in r["table"][-1]
+    assert "nothing to redeploy" in r["table"][-2]
+    assert r["gain_confirmed"] is None
+    assert r["verdict"] == "nothing redeployed: 18.00 tokens/s measured over 1 round"
 
 
 @pytest.mark.parametrize("tps", [0, -1.0, math.nan, None])
@@ -130,3 +190,54 @@ def test_a_redeploy_without_a_round_of_the_speed_plan_is_refused():
     d = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT)
     with pytest.raises(AnsibleFilterError, match="no round measured it"):
         tune_report(d, MEMORY, SPEEDY, [{"plan": "before", "summary": summary(10.0)}])
+
+
+FRESH = {"speed": {k: v for k, v in SPEED.items()}, "remeasure": []}
+
+
+def test_auto_reuses_a_profile_with_figures_for_every_host_of_the_plan():
+    got = T.needs_profile(MEMORY, FRESH, "auto")
+    assert got["measure"] is False
+    assert "every host of the running plan (head, fast, nas)" in got["reason"]
+    # a host in the plan without figures: measure, and say which and why
+    stale = {
+        "speed": {k: v for k, v in SPEED.items() if k != "nas"},
+        "remeasure": ["nas: the host changed since it was measured (cpu_quota 1 -> 0.25): run profile.yml"],
+    }
+    got = T.needs_profile(MEMORY, stale, "auto")
+    assert got["measure"] is True
+    assert got["reason"].startswith(
+        "measuring the running plan: no usable figures for nas (nas: the host changed"
+    )
+    got = T.needs_profile(MEMORY, {"speed": {}, "remeasure": []}, "auto")
+    assert got["measure"] is True and "head, fast, nas (no profile.json)" in got["reason"]
+
+
+def test_always_and_never_override_the_profile():
+    assert T.needs_profile(MEMORY, FRESH, "always")["measure"] is True
+    assert T.needs_profile(MEMORY, {"speed": {}}, "never")["measure"] is False
+    assert T.needs_profile(MEMORY, FRESH, True)["measure"] is True
+    with pytest.raises(T.TuneError, match="tune_profile must be one of auto, always, never, got 'sometimes'"):
+        T.needs_profile(MEMORY, FRESH, "sometimes")
+    with pytest.raises(AnsibleFilterError, match="tune_needs_profile: tune_profile must be one of"):
+        tune_needs_profile(MEMORY, FRESH, "sometimes")
+    assert tune_needs_profile(MEMORY, FRESH)["measure"] is False
+
+
+def test_a_speed_plan_measured_and_not_kept_is_not_redeployed_again():
+    d = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10)
+    rounds = [{"plan": p, "summary": summary(10.0)} for p in ("before", "after", "before", "after")]
+    last = T.report(d, MEMORY, SPEEDY, rounds)
+    assert last["gain_confirmed"] is False
+    again = T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10, previous=last)
+    assert again["redeploy"] is False and again["schedule"] == ["before"]
+    assert again["reason"].startswith(
+        "no redeploy: this speed plan was measured against the running plan before"
+    )
+    assert last["verdict"] in again["reason"]
+    # another speed plan, a kept one, or no previous run: decided on the prediction as before
+    other = plan(6, 2, "6,2")
+    assert T.decide(MEMORY, other, SPEED, LAYOUT, 0.10, previous=last)["redeploy"] is True
+    kept = dict(last, gain_confirmed=True)
+    assert T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10, previous=kept)["redeploy"] is True
+    assert tune_decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10, previous=None)["redeploy"] is True

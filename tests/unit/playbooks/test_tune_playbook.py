@@ -1,0 +1,82 @@
+"""playbooks/tune.yml and its round (playbooks/tasks/tune_round.yml): what a run may skip or change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _tasks(path: Path) -> list:
+    return yaml.safe_load(path.read_text())
+
+
+def test_a_head_only_round_writes_the_plan_exactly_as_the_llama_rpc_role() -> None:
+    # a later site.yml must see no change on a tuned fleet: same content, owner, group and mode
+    role = next(
+        t["ansible.builtin.copy"]
+        for t in _tasks(ROOT / "roles" / "llama_rpc" / "tasks" / "systemd_head.yml")
+        if t.get("name") == "Write the plan the supervisor follows"
+    )
+    tasks = _tasks(ROOT / "playbooks" / "tasks" / "tune_round.yml")
+    ours = next(t for t in tasks if "ansible.builtin.copy" in t)["ansible.builtin.copy"]
+    assert ours["content"] == role["content"].replace("llama_rpc_plan", "llmfleet_plan")
+    assert ours["owner"] == role["owner"] and ours["mode"] == role["mode"]
+    assert "llama_rpc_group" in ours["group"] and "llama_rpc_group" in role["group"]
+    assert ours["dest"].startswith("{{ llama_rpc_config_dir") and ours["dest"].endswith("/plan.json")
+    # the role deploys a round only when it is not head-only, the copy and restart only when it is
+    deploy = next(t for t in tasks if "ansible.builtin.include_role" in t)
+    assert deploy["when"] == "not __tune_head_only | bool"
+    restart = next(t for t in tasks if "ansible.builtin.systemd_service" in t)
+    assert "__tune_plan_written is changed" in restart["when"]
+
+
+def test_a_revert_round_is_served_but_not_measured() -> None:
+    tasks = _tasks(ROOT / "playbooks" / "tasks" / "tune_round.yml")
+    measure = next(t for t in tasks if "llmfleet.cluster.api_bench" in t)
+    keep = next(t for t in tasks if str(t.get("name", "")).startswith("Keep round"))
+    for t in (measure, keep):
+        assert t["when"] == "__tune_round != 'revert'"
+    plays = _tasks(ROOT / "playbooks" / "tune.yml")
+    tasks = [t for p in plays for t in p.get("tasks") or []]
+    revert = next(t for t in tasks if str(t.get("name", "")).startswith("Serve the running plan again"))
+    assert revert["vars"]["__tune_round"] == "revert"
+    assert "not __tune.gain_confirmed" in revert["when"]
+    keep_plan = next(t for t in tasks if str(t.get("name", "")).startswith("Keep the confirmed speed plan"))
+    assert (
+        "__tune.gain_confirmed" in keep_plan["when"] and "not __tune.gain_confirmed" not in keep_plan["when"]
+    )
+
+
+def test_profile_yml_runs_only_when_the_decision_says_so() -> None:
+    plays = _tasks(ROOT / "playbooks" / "tune.yml")
+    imported = next(p for p in plays if p.get("ansible.builtin.import_playbook") == "profile.yml")
+    assert "__tune_measure.measure" in imported["when"] and "not ansible_check_mode" in imported["when"]
+    probe = next(
+        t
+        for p in plays
+        for t in p.get("pre_tasks") or []
+        if (t.get("ansible.builtin.include_role") or {}).get("name") == "llmfleet.cluster.probe"
+    )
+    # without profile.yml's probe the plan role has no facts: probe then
+    assert probe["when"] == "ansible_check_mode or not __tune_measure.measure"
+
+
+def test_profile_yml_puts_the_served_plan_back_as_the_role_wrote_it() -> None:
+    # it put it back with mode 0644: the next round (or site.yml) rewrote it 0640 and restarted
+    # llama-server for nothing
+    role = next(
+        t["ansible.builtin.copy"]
+        for t in _tasks(ROOT / "roles" / "llama_rpc" / "tasks" / "systemd_head.yml")
+        if t.get("name") == "Write the plan the supervisor follows"
+    )
+    back = next(
+        t["ansible.builtin.copy"]
+        for p in _tasks(ROOT / "playbooks" / "profile.yml")
+        for t in p.get("tasks") or []
+        if t.get("name") == "Put the served plan back"
+    )
+    assert back["mode"] == role["mode"] and back["owner"] == role["owner"]
+    assert "llama_rpc_group" in back["group"]
