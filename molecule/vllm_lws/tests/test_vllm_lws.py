@@ -59,13 +59,26 @@ def mib(quantity: str) -> int:
     return int(m.group(1)) * (1024 if m.group(2) == "Gi" else 1)
 
 
+def pod_cores(cpu: int, index: int, ncpu: int) -> list[int]:
+    """The cores of pod ``index``: its CPU limit's worth, its own where the machine has enough.
+
+    Each LWS pod runs on a node of its own; here both share one machine. vLLM binds its OpenMP
+    threads to the cores it is allowed (VLLM_CPU_OMP_THREADS_BIND=auto): without a cpuset both
+    ranks bind core 0 and take turns on it, which no two real nodes would do.
+    """
+    return sorted({(index * cpu + i) % ncpu for i in range(min(cpu, ncpu))})
+
+
 class LwsPod(PodmanPod):
     """One LWS pod on a podman host of its own (an overlay of this machine's root)."""
 
-    def __init__(self, *args: Any, lws_env: dict[str, str], aliases: list[str], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, lws_env: dict[str, str], aliases: list[str], index: int = 0, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lws_env = lws_env
         self.aliases = aliases
+        self.index = index
 
     def create(self) -> None:
         c = self.spec["containers"][0]
@@ -73,6 +86,8 @@ class LwsPod(PodmanPod):
         shm = next(v for v in self.spec["volumes"] if v["name"] == "shm")["emptyDir"]["sizeLimit"]
         caps = (c.get("securityContext") or {}).get("capabilities", {}).get("add", [])
         extra = [f"--network-alias={a}" for a in self.aliases]
+        cores = pod_cores(int(c["resources"]["limits"]["cpu"]), self.index, os.cpu_count() or 1)
+        extra.append(f"--cpuset-cpus={','.join(map(str, cores))}")
         podman(
             "run", "-d", "--name", self.name, "--hostname", self.node, "--network", self.network, *extra,
             "--runtime", "runc", "--ulimit", "nofile=16384:16384", "--ulimit", "nproc=32768:32768",
@@ -139,7 +154,7 @@ class Group:
         return LwsPod(
             name, name, template, namespace=self.ns, configmaps={}, secrets=self.secrets, network=NETWORK,
             image="", workdir=workdir, lws_env=lws_env,
-            aliases=[self.leader_address] if index == 0 else [],
+            aliases=[self.leader_address] if index == 0 else [], index=index,
         )  # fmt: skip
 
     def start(self) -> float:
