@@ -59,13 +59,26 @@ def mib(quantity: str) -> int:
     return int(m.group(1)) * (1024 if m.group(2) == "Gi" else 1)
 
 
+def pod_cores(cpu: int, index: int, ncpu: int) -> list[int]:
+    """The cores of pod ``index``: its CPU limit's worth, its own where the machine has enough.
+
+    Each LWS pod runs on a node of its own; here both share one machine. vLLM binds its OpenMP
+    threads to the cores it is allowed (VLLM_CPU_OMP_THREADS_BIND=auto): without a cpuset both
+    ranks bind core 0 and take turns on it, which no two real nodes would do.
+    """
+    return sorted({(index * cpu + i) % ncpu for i in range(min(cpu, ncpu))})
+
+
 class LwsPod(PodmanPod):
     """One LWS pod on a podman host of its own (an overlay of this machine's root)."""
 
-    def __init__(self, *args: Any, lws_env: dict[str, str], aliases: list[str], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, lws_env: dict[str, str], aliases: list[str], index: int = 0, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lws_env = lws_env
         self.aliases = aliases
+        self.index = index
 
     def create(self) -> None:
         c = self.spec["containers"][0]
@@ -73,6 +86,8 @@ class LwsPod(PodmanPod):
         shm = next(v for v in self.spec["volumes"] if v["name"] == "shm")["emptyDir"]["sizeLimit"]
         caps = (c.get("securityContext") or {}).get("capabilities", {}).get("add", [])
         extra = [f"--network-alias={a}" for a in self.aliases]
+        cores = pod_cores(int(c["resources"]["limits"]["cpu"]), self.index, os.cpu_count() or 1)
+        extra.append(f"--cpuset-cpus={','.join(map(str, cores))}")
         podman(
             "run", "-d", "--name", self.name, "--hostname", self.node, "--network", self.network, *extra,
             "--runtime", "runc", "--ulimit", "nofile=16384:16384", "--ulimit", "nproc=32768:32768",
@@ -139,7 +154,7 @@ class Group:
         return LwsPod(
             name, name, template, namespace=self.ns, configmaps={}, secrets=self.secrets, network=NETWORK,
             image="", workdir=workdir, lws_env=lws_env,
-            aliases=[self.leader_address] if index == 0 else [],
+            aliases=[self.leader_address] if index == 0 else [], index=index,
         )  # fmt: skip
 
     def start(self) -> float:
@@ -308,19 +323,47 @@ def test_a_completion_with_the_key_and_401_without(first_answer, group, lws, api
     print(f"\nvllm_lws: with the key 200, {first_answer['usage']}; without 401; a wrong key 401")
 
 
+def weights_loaded(log: str) -> tuple[set[int], set[str]]:
+    """(decoder layer indices, other weights) a rank says it loads.
+
+    vLLM logs no layer ranges, but a float32 checkpoint served as bfloat16 makes each rank warn
+    "Attempted to load weight <name> with dtype torch.float32 ..." for the weights it converts:
+    only those of its own stage.
+    """
+    layers, others = set(), set()
+    for name in re.findall(r"Attempted to load weight (\S+) with dtype", log):
+        m = re.match(r"(?:model\.)?layers\.(\d+)\.", name)
+        if m:
+            layers.add(int(m.group(1)))
+        else:
+            others.add(name)
+    return layers, others
+
+
 def test_vllms_own_lines_prove_both_ranks_and_their_layers(first_answer, group, plan):
-    leader_log, worker_log = group.pods[0].log("vllm"), group.pods[1].log("vllm")
-    (OUT / "leader.log").write_text(leader_log)
-    (OUT / "worker.log").write_text(worker_log)
+    logs = [pod.log("vllm") for pod in group.pods]
+    (OUT / "leader.log").write_text(logs[0])
+    (OUT / "worker.log").write_text(logs[1])
     pattern = re.compile(
-        r"PP rank|headless|[Ll]oad(ing|ed) (model )?weights|model weights took|# GPU blocks|KV cache"
+        r"PP rank|headless|Loading weights took|Warming up done|GiB for KV cache|KV cache size"
     )
-    for name, text in (("leader", leader_log), ("worker", worker_log)):
+    for name, text in zip(("leader", "worker"), logs):
         lines = [ln.strip()[:240] for ln in text.splitlines() if pattern.search(ln)]
         print(f"\nvllm_lws: {name} ({len(lines)} lines):\n  " + "\n  ".join(lines[:20]))
-    assert re.search(r"PP rank 0\b", leader_log), "the leader never logged PP rank 0"
-    assert re.search(r"PP rank 1\b", worker_log), "the worker never logged PP rank 1"
-    assert "headless" in worker_log.lower()
+    assert re.search(r"PP rank 0\b", logs[0]), "the leader never logged PP rank 0"
+    assert re.search(r"PP rank 1\b", logs[1]), "the worker never logged PP rank 1"
+    assert "headless" in logs[1].lower()
+    # The plan's partition (3,1) honoured: rank r loads exactly its own layers.
+    counts = [int(n) for n in plan["vllm"]["pp_layer_partition"].split(",")]
+    first = 0
+    for rank, (count, text) in enumerate(zip(counts, logs)):
+        layers, others = weights_loaded(text)
+        print(f"\nvllm_lws: rank {rank} loaded layers {sorted(layers)} and {sorted(others)}")
+        assert layers == set(range(first, first + count)), (
+            f"rank {rank}: loaded layers {sorted(layers)}, the plan gives it {first}..{first + count - 1}"
+        )
+        first += count
+    assert any("lm_head" in o for o in weights_loaded(logs[-1])[1]), "the last rank holds lm_head"
 
 
 def cgroup_peak_mib(pod: LwsPod) -> float | None:
