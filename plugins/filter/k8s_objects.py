@@ -10,11 +10,11 @@ name: k8s_objects
 short_description: Kubernetes objects checked and put in apply order
 version_added: 1.0.0
 description:
-  - The input of the role M(llmfleet.cluster.k8s_objects)'s one render-or-apply sequence. Each entry
+  - The input of the one render-or-apply sequence, the role C(llmfleet.cluster.k8s_objects). Each entry
     is a file name with either C(content) (YAML text, a rendered template) or C(object) (a dict);
     the result gives each its parsed object, kind and name, and orders them Namespaces, Secrets,
     the rest (the given order within each group).
-  - A Secret must be flagged C(secret) (default true for kind Secret): it is written 0600 and
+  - A Secret must be flagged C(secret) (default true for kind Secret); it is written 0600 and
     applied with no_log. C(render=false) applies an object without writing a file for it.
   - An entry that is not a file name with exactly one of content/object, or whose object has no
     kind or metadata.name, fails naming the entry and the value.
