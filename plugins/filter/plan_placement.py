@@ -43,7 +43,12 @@ options:
       - Placement options, C(context) (default 4096), C(parallel) (1), C(ubatch) (512),
         C(cache_type_k) / C(cache_type_v) (f16), C(output_layer) (auto, worker or head),
         C(link_mbit), C(head_layers) (true), C(min_workers) (0),
-        C(objective) (auto, speed or memory; default auto).
+        C(objective) (auto, speed or memory; default auto),
+        C(llama_cpp_build) (the pinned llama.cpp build; empty - none).
+      - C(llama_cpp_build) chooses the memory model's calibration
+        (plugins/plugin_utils/calibration.py). A build without one is planned with the nearest
+        calibrated build's figures; the plan's C(warnings) say so, naming the build, and the
+        filter shows the same text as an Ansible warning.
     type: dict
     default: {}
   reserve_mib:
@@ -79,10 +84,13 @@ _value:
   description:
     - The plan (docs/plan-format.md), or, when the model does not fit, a dict with C(ok=false),
       C(msg), C(table) (the best attempt's host rows), C(table_text) and C(missing) (MiB per host).
+    - The plan's C(llama_cpp) says which build it planned for (C(build)), which calibration it used
+      (C(calibration), C(calibrated), C(constants)); C(warnings) lists what the plan doubts.
   type: dict
 """
 
 from ansible.errors import AnsibleFilterError
+from ansible.utils.display import Display
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import (
     PlacementError,
     render_table,
@@ -111,6 +119,8 @@ def plan_placement(
         }
     except (ValueError, TypeError) as err:
         raise AnsibleFilterError("plan_placement: %s" % err) from err
+    for warning in plan.get("warnings") or []:
+        Display().warning("plan_placement: %s" % warning)
     return plan
 
 

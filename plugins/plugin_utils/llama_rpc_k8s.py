@@ -41,6 +41,44 @@ NAMES = {
     "api": _SERVER.service[1],
     "headless": "llama-rpc-workers",
 }
+NAMES["role"] = NAMES["account"] + "-pods"  # the Role and its RoleBinding: list the workers' pods
+NAMES["policy"] = NAMES["workers"] + "-only-from-" + NAMES["head"]  # the NetworkPolicy
+FILE_PREFIX = "llama-rpc-"  # every rendered file: llama-rpc-NN-<object>.yaml
+FILE_PATTERN = FILE_PREFIX + "*.yaml"
+PART_OF = "llmfleet"  # app.kubernetes.io/part-of of every object
+
+
+def teardown(daemonsets=()):
+    """What removing the target deletes, from NAMES alone (no plan needed).
+
+    ``selector`` finds the rpc-server DaemonSets (one per architecture, so their names come from
+    the cluster: ``daemonsets``); ``objects`` is every object in delete order (the workloads
+    first), each {api, kind, name}; ``files`` the rendered files' pattern and the generated API key
+    file's name.
+    """
+
+    def obj(api, kind, name):
+        return {"api": api, "kind": kind, "name": name}
+
+    rbac = "rbac.authorization.k8s.io/v1"
+    return {
+        "selector": ["app.kubernetes.io/name=" + NAMES["workers"], "app.kubernetes.io/part-of=" + PART_OF],
+        "objects": [obj("apps/v1", "Deployment", NAMES["head"])]
+        + [obj("apps/v1", "DaemonSet", str(name)) for name in daemonsets]
+        + [
+            obj("v1", "Service", NAMES["api"]),
+            obj("v1", "Service", NAMES["headless"]),
+            obj("networking.k8s.io/v1", "NetworkPolicy", NAMES["policy"]),
+            obj(rbac, "RoleBinding", NAMES["role"]),
+            obj(rbac, "Role", NAMES["role"]),
+            obj("v1", "ServiceAccount", NAMES["account"]),
+            obj("v1", "ConfigMap", NAMES["config"]),
+            obj("v1", "Secret", NAMES["secret"]),
+            obj("v1", "PersistentVolumeClaim", NAMES["data"]),
+        ],
+        "file_pattern": FILE_PATTERN,
+        "key_file": NAMES["secret"],
+    }
 
 
 def kube_arch(host_fact):
@@ -92,7 +130,7 @@ def manifest_list(archs):
     def item(template, number, kind, secret=False, arch=None, suffix=None):
         entry = {
             "template": "kubernetes/{0}.yaml.j2".format(template),
-            "file": "llama-rpc-{0:02d}-{1}.yaml".format(number, suffix or template),
+            "file": "{0}{1:02d}-{2}.yaml".format(FILE_PREFIX, number, suffix or template),
             "kind": kind,
             "secret": secret,
         }
@@ -165,6 +203,7 @@ def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build
         "uid": UID,
         "manifest_dir": out_dir + "/manifests",
         "key_file": out_dir + "/" + NAMES["secret"],
+        "file_pattern": FILE_PATTERN,
         "names": dict(NAMES),
         "workerless": not groups,
         "discovery": "kubernetes" if groups else "static",

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: llmfleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The memory model (calibrated against llama.cpp 0c1e570, docs/planner-accuracy.md):
+"""The memory model (its measured constants keyed by llama.cpp build in calibration.py, read
+through ``Options.calibration``; docs/planner-accuracy.md):
 
 - weights: the bytes of the tensors a host holds (the output layer where it lands; on the head
   the token embeddings, mapped from the file);
@@ -25,12 +26,8 @@ from typing import Dict, List, Optional, Tuple
 
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import (
     CACHE_TYPES,
-    COMPUTE_SLACK_MIB,
-    HEAD_PROCESS_MIB,
     KV_PAD,
     MIB,
-    PP_COPIES,
-    WORKER_PROCESS_MIB,
     Host,
     Model,
     Options,
@@ -80,7 +77,7 @@ def _pp_extra(model: Model, opts: Options, pp: bool) -> float:
     if not pp:
         return 0.0
     ubatch = min(opts.ubatch, opts.context)
-    return (PP_COPIES - 1) * (_mask_bytes(model, opts) + 4.0 * model.n_embd * ubatch)
+    return (opts.calibration.pp_copies - 1) * (_mask_bytes(model, opts) + 4.0 * model.n_embd * ubatch)
 
 
 def worker_compute_bytes(model: Model, opts: Options, pp: bool = False) -> float:
@@ -88,7 +85,7 @@ def worker_compute_bytes(model: Model, opts: Options, pp: bool = False) -> float
     return (
         16.0 * model.n_ff * ubatch
         + _mask_bytes(model, opts)
-        + COMPUTE_SLACK_MIB * MIB
+        + opts.calibration.compute_slack_mib * MIB
         + _pp_extra(model, opts, pp)
     )
 
@@ -97,17 +94,17 @@ def head_compute_bytes(model: Model, opts: Options, holds_layers: bool, pp: bool
     ubatch = min(opts.ubatch, opts.context)
     base = 8.0 * model.n_embd * ubatch + _mask_bytes(model, opts) + _pp_extra(model, opts, pp)
     if holds_layers:
-        base += 16.0 * model.n_ff * ubatch + COMPUTE_SLACK_MIB * MIB
+        base += 16.0 * model.n_ff * ubatch + opts.calibration.compute_slack_mib * MIB
     return base
 
 
 def output_only_compute_bytes(model: Model, opts: Options) -> float:
     """A worker that holds only the output layer computes little more than the logits."""
-    return 4.0 * model.n_vocab * opts.parallel + COMPUTE_SLACK_MIB * MIB
+    return 4.0 * model.n_vocab * opts.parallel + opts.calibration.compute_slack_mib * MIB
 
 
 def pipelined(n_workers: int, head_layers: int, output_on_head: bool) -> bool:
-    """Whether llama.cpp enables pipeline parallelism for this placement (see PP_COPIES)."""
+    """Whether llama.cpp enables pipeline parallelism for this placement (see Calibration.pp_copies)."""
     return n_workers > 1 and head_layers == 0 and not output_on_head
 
 
@@ -169,7 +166,7 @@ class _Costs:
     def worker_total(self, start: int, end: int, output: bool, pp: bool = False) -> float:
         m = self.model
         if end <= start and not output:
-            return WORKER_PROCESS_MIB * MIB
+            return self.opts.calibration.worker_process_mib * MIB
         weights = self.w[end] - self.w[start]
         largest = self.largest(start, end)
         if output:
@@ -177,7 +174,7 @@ class _Costs:
             largest = max(largest, float(m.output_bytes))
         kv = self.kv[end] - self.kv[start]
         compute = self.worker_compute[pp] if end > start else self.output_only
-        return weights + WORKER_PROCESS_MIB * MIB + max(kv + compute, largest)
+        return weights + self.opts.calibration.worker_process_mib * MIB + max(kv + compute, largest)
 
 
 def predict_worker(model: Model, layers: range, output: bool, opts: Options, pp: bool = False) -> Prediction:
@@ -188,11 +185,11 @@ def predict_worker(model: Model, layers: range, output: bool, opts: Options, pp:
         weights += model.output_bytes + model.output_norm_bytes
         largest = max(largest, model.output_bytes)
     if not layers and not output:
-        return Prediction(0.0, 0.0, 0.0, WORKER_PROCESS_MIB * MIB, 0.0)
+        return Prediction(0.0, 0.0, 0.0, opts.calibration.worker_process_mib * MIB, 0.0)
     kv = kv_bytes(model, layers, opts)
     compute = worker_compute_bytes(model, opts, pp) if layers else output_only_compute_bytes(model, opts)
     peak = max(0.0, largest - (kv + compute))
-    return Prediction(weights, kv, compute, WORKER_PROCESS_MIB * MIB, peak)
+    return Prediction(weights, kv, compute, opts.calibration.worker_process_mib * MIB, peak)
 
 
 def predict_head(model: Model, layers: range, output: bool, opts: Options, pp: bool = False) -> Prediction:
@@ -204,7 +201,7 @@ def predict_head(model: Model, layers: range, output: bool, opts: Options, pp: b
         weights += model.output_norm_bytes + (0 if model.tied_output else model.output_bytes)
     kv = kv_bytes(model, layers, opts)
     compute = head_compute_bytes(model, opts, holds_layers=bool(layers), pp=pp)
-    return Prediction(weights, kv, compute, HEAD_PROCESS_MIB * MIB, 0.0)
+    return Prediction(weights, kv, compute, opts.calibration.head_process_mib * MIB, 0.0)
 
 
 @dataclasses.dataclass

@@ -27,7 +27,7 @@ from __future__ import absolute_import, annotations, division, print_function
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils import targets
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import calibration, targets
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import (
     Placement,
     Prediction,
@@ -234,6 +234,9 @@ def plan_llama_cpp(
         plan["vllm"]["weights_dtype_bytes"] = int(layout["weights_dtype_bytes"])
     if annotate is not None:
         plan.update(annotate(placement, model, opts))
+    choice = calibration.for_build(opts.llama_cpp_build)
+    plan["llama_cpp"] = choice.to_dict()
+    plan["warnings"] = [choice.warning] if choice.warning else []
     plan["fallbacks"] = fallback_plans(model, head_host, placement.workers, opts, placer) if fallbacks else []
     plan["planned_with"] = planned_with(head_host, worker_hosts, opts, reserve_mib)
     return plan

@@ -10,6 +10,7 @@ from __future__ import absolute_import, annotations, division, print_function
 import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import calibration
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import (
     check_hosts,
 )
@@ -19,13 +20,13 @@ __metaclass__ = type
 
 MIB = 1024 * 1024
 KV_PAD = 256
-WORKER_PROCESS_MIB = 6.0
-HEAD_PROCESS_MIB = 30.0
-COMPUTE_SLACK_MIB = 0.5
-# llama.cpp's scheduler keeps this many copies of the graph inputs when it pipelines over
-# several devices (GGML_SCHED_MAX_COPIES), which it does with more than one RPC device, every
-# layer offloaded (-ngl > n_layer) and no tensor override.
-PP_COPIES = 4
+# The calibrated constants of the default build (calibration.py keys them by llama.cpp build; the
+# memory model reads ``Options.calibration``, these names stay for readers of the default).
+_DEFAULT_CALIBRATION = calibration.CALIBRATIONS[calibration.DEFAULT_BUILD]
+WORKER_PROCESS_MIB = _DEFAULT_CALIBRATION.worker_process_mib
+HEAD_PROCESS_MIB = _DEFAULT_CALIBRATION.head_process_mib
+COMPUTE_SLACK_MIB = _DEFAULT_CALIBRATION.compute_slack_mib
+PP_COPIES = _DEFAULT_CALIBRATION.pp_copies
 DEFAULT_RPC_PORT = 50052
 DEFAULT_RESERVE_MIB = 64
 # Search limits: subsets of more workers than this are chosen greedily, orders beyond this count
@@ -117,6 +118,14 @@ class Options:
     # auto | speed | memory: what the planner optimises once the memory fits (plugin_utils/speed_search.py);
     # the memory search here ignores it, it is recorded so that a change re-plans (planned_with)
     objective: str = "auto"
+    # the inventory's pinned llama.cpp build (llama_cpp_build; "" - none): chooses the memory
+    # model's calibration (calibration.py); recorded so that another build re-plans (planned_with)
+    llama_cpp_build: str = ""
+
+    @property
+    def calibration(self) -> calibration.Calibration:
+        """The calibrated constants the memory model uses for this build (calibration.for_build)."""
+        return calibration.for_build(self.llama_cpp_build).calibration
 
     def check(self) -> None:
         if self.context <= 0:

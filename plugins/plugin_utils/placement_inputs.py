@@ -231,9 +231,13 @@ def check_options(options: Any) -> Dict[str, Any]:
             raise PlanInputError(
                 "options: %s must be one of %s, got %s" % (key, ", ".join(choices), _show(out[key]))
             )
-    for key in ("cache_type_k", "cache_type_v"):
+    for key in ("cache_type_k", "cache_type_v", "llama_cpp_build"):
         if key in out and not isinstance(out[key], str):
             raise PlanInputError("options: %s must be a string, got %s" % (key, _show(out[key])))
+    if len(out.get("llama_cpp_build") or "") > 100:
+        raise PlanInputError(
+            "options: llama_cpp_build is longer than 100 characters: %s" % _show(out["llama_cpp_build"])
+        )
     return out
 
 

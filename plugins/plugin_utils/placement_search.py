@@ -23,7 +23,6 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts i
     MAX_EXACT_WORKERS,
     MAX_ORDERS,
     MIB,
-    WORKER_PROCESS_MIB,
     Host,
     Model,
     Options,
@@ -99,7 +98,7 @@ def may_fit(costs: _Costs, head: Host, workers: Sequence[Host]) -> bool:
     m, opts = costs.model, costs.opts
     need = costs.w[m.n_layer] + costs.kv[m.n_layer]
     room = max(head.budget_mib * MIB - predict_head(m, range(0), False, opts).total, 0.0)
-    fixed = costs.worker_compute[False] + WORKER_PROCESS_MIB * MIB
+    fixed = costs.worker_compute[False] + opts.calibration.worker_process_mib * MIB
     room += sum(max(w.budget_mib * MIB - fixed, 0.0) for w in workers)
     return room >= need
 

@@ -195,7 +195,7 @@ def _compute_bound(
     """A lower bound of the compute ms of any split over these hosts (None: no split fits): every
     host holds at most room / (the cheapest layer's weights + KV) layers, the fastest fill first."""
     n = costs.model.n_layer
-    fixed = costs.worker_compute[False] + P.WORKER_PROCESS_MIB * P.MIB
+    fixed = costs.worker_compute[False] + costs.opts.calibration.worker_process_mib * P.MIB
     caps = []
     if costs.opts.head_layers:
         caps.append((figures[head.name].ms_per_layer, int(max(head_room, 0.0) // max(layer_min, 1.0))))

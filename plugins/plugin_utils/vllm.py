@@ -199,16 +199,27 @@ def plan_stages(plan: Dict[str, Any]) -> Tuple[List[str], List[int], int]:
 
 
 def stage_weights_mib(plan: Dict[str, Any], counts: List[int]) -> List[float]:
-    """Weights per stage in MiB: the plan's own per-stage figures when it has them, else the model's
-    bytes shared by layer count (the embedding and output tensors spread evenly: an estimate)."""
-    vllm = plan.get("vllm") or {}
-    per_stage = vllm.get("stage_weights_mib") or vllm.get("weights_mib")
-    if isinstance(per_stage, list) and len(per_stage) == len(counts):
-        return [float(x) for x in per_stage]
-    model = plan.get("model") or {}
-    total = float(model.get("bytes") or 0) / (1024 * 1024)
-    n_layer = sum(counts)
-    return [total * c / n_layer for c in counts]
+    """Weights per stage in MiB, as the planner computed them (placement_render's vLLM stages: each
+    rank's own layers, the embedding on the first, the final norm and lm_head on the last). The
+    sizing is the planner's alone: a plan without them (written by hand, or before the planner
+    recorded them) is refused rather than estimated."""
+    per_stage = (plan.get("vllm") or {}).get("stage_weights_mib")
+    if not isinstance(per_stage, list) or len(per_stage) != len(counts):
+        raise VllmLwsError(
+            f"plan: vllm.stage_weights_mib is {per_stage!r}, expected one figure per stage ({len(counts)}):"
+            " re-plan with playbooks/plan.yml (the planner computes each stage's weights)"
+        )
+    out = []
+    for rank, value in enumerate(per_stage):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise VllmLwsError(f"plan: vllm.stage_weights_mib[{rank}] is {value!r}, expected MiB >= 0")
+        out.append(float(value))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------

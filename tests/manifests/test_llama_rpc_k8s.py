@@ -364,6 +364,29 @@ def test_the_api_key_is_only_in_the_secret(rendered: Rendered) -> None:
             assert API_KEY not in path.read_text(errors="replace"), path
 
 
+def test_the_teardown_deletes_every_object_the_render_makes(rendered: Rendered) -> None:
+    """kubernetes_teardown.yml's list (llama_rpc_k8s_teardown) names the rendered objects exactly.
+
+    Every rendered object but the Namespace (it stays) is in the teardown, under the same kind and
+    name; the DaemonSets are found by the teardown's selector. Fails when a template's name drifts
+    from llama_rpc_k8s.NAMES or an object is added without its teardown entry.
+    """
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils.llama_rpc_k8s import teardown
+
+    made = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in rendered.objects.values()}
+    daemonsets = [o["metadata"] for o in rendered.objects.values() if o["kind"] == "DaemonSet"]
+    assert daemonsets, "the what-if fleet renders rpc-server DaemonSets"
+    for meta in daemonsets:
+        labels = meta["labels"]
+        assert all(labels.get(k) == v for k, v in (s.split("=", 1) for s in teardown()["selector"])), meta
+    gone = teardown([m["name"] for m in daemonsets])
+    deleted = {(o["api"], o["kind"], o["name"]) for o in gone["objects"]}
+    assert made - deleted == {("v1", "Namespace", "llmfleet")}
+    assert deleted <= made
+    assert all(p.match(gone["file_pattern"]) for p in rendered.files)
+    assert (rendered.out / gone["key_file"]).name == "llama-rpc-api-key"
+
+
 def test_a_second_render_changes_nothing(rendered: Rendered) -> None:
     before = {p.name: p.read_text() for p in rendered.files}
     proc = run_render(WHATIF, rendered.out, whatif_vars())

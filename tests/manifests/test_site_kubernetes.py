@@ -396,7 +396,10 @@ def test_check_mode_on_the_same_inventory_fails_nothing(rendered: Rendered, tmp_
     apply.assert_ok()
     stdout = apply.proc.stdout
     assert "DaemonSet llama-rpc-08-daemonset-arm64.yaml" in stdout and "would apply" in stdout
-    assert "would apply Namespace llmfleet and chat-configmap.yaml, chat-secret.yaml" in stdout
+    # One message for both (llmfleet.cluster.k8s_objects), the objects in apply order.
+    assert (
+        "would apply Namespace llmfleet and Secret chat-secret.yaml, ConfigMap chat-configmap.yaml" in stdout
+    )
     assert not (out / "manifests").exists() and not (out / "plan.json").exists()
     for stream in (check.proc.stdout, apply.proc.stdout, apply.proc.stderr):
         assert PASSWORD not in stream and base64.b64encode(PASSWORD.encode()).decode() not in stream

@@ -30,7 +30,9 @@ def play(tmp_path, *extra):
 def planned(tmp_path_factory):
     """One run of plan.yml with the inventory's defaults, read by the tests that only look at it."""
     out = tmp_path_factory.mktemp("planned")
-    return out, play(out)
+    # pinned to a build without a memory calibration (test_plan_records_the_pinned_build...): the
+    # figures are the default calibration's, so the other tests read the same plan
+    return out, play(out, "-e", "llama_cpp_build=b6000")
 
 
 def test_plan_writes_a_valid_plan_and_the_table(planned):
@@ -69,3 +71,23 @@ def test_plan_objective_reaches_the_planner_and_the_plan(planned, tmp_path):
     forced = play(tmp_path, "-e", "llmfleet_plan_objective=speed")
     assert forced.returncode != 0
     assert "objective speed: host(s) head1" in forced.stdout and "have no speed figures" in forced.stdout
+
+
+def test_plan_records_the_pinned_build_and_warns_about_one_without_calibration(planned):
+    tmp_path, result = planned
+    assert result.returncode == 0, result.stdout[-3000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["llama_cpp"]["build"] == "b6000" and plan["llama_cpp"]["calibrated"] is False
+    assert plan["llama_cpp"]["calibration"] == "b0c1e570"
+    assert plan["planned_with"]["options"]["llama_cpp_build"] == "b6000"
+    assert (
+        len(plan["warnings"]) == 1
+        and "llama.cpp build b6000 has no memory calibration" in plan["warnings"][0]
+    )
+    # an Ansible warning (stderr) and a line under the table (stdout), both naming the build
+    assert "[WARNING]" in result.stderr and "b6000 has no memory calibration" in result.stderr
+    assert "WARNING: llama.cpp build b6000" in result.stdout
+    assert (
+        "Memory model: llama.cpp build b6000, calibration b0c1e570 (not this build's)."
+        in (tmp_path / "plan.md").read_text()
+    )

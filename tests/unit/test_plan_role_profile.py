@@ -82,7 +82,10 @@ def test_a_stale_profile_is_named_host_by_host_and_not_used(tmp_path, model) -> 
             f"{name}: profile.json is stale (the model changed (sha256 000000000000 -> {model[1][:12]}))"
             in " ".join(result.stdout.split())
         )
-    assert (tmp_path / "plan.json").exists()
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    # the calibrated build the play pins: recorded, its own calibration, no warning
+    assert plan["llama_cpp"]["build"] == "b0c1e570" and plan["llama_cpp"]["calibrated"] is True
+    assert plan["warnings"] == [] and "no memory calibration" not in result.stdout + result.stderr
 
 
 def test_odd_what_if_figures_fail_naming_the_host(tmp_path, model) -> None:

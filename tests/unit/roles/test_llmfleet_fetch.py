@@ -146,3 +146,22 @@ def test_a_malformed_pin_is_refused_before_any_download(mirror, tmp_path) -> Non
     proc = fetch("file", "--url", mirror.url_for("m.gguf"), "--sha256", "abc", "--dest", str(tmp_path / "m"))
     assert proc.returncode == 1 and "not 64 hex digits" in proc.stderr
     assert mirror.requests == []
+
+
+@pytest.mark.parametrize("size", [0, 1, 1024 * 1024, 1024 * 1024 + 1, 3 * 1024 * 1024 + 17])
+def test_the_fetch_script_hashes_as_the_collection_does(tmp_path, size) -> None:
+    """Two copies of sha256-of-a-file, kept on purpose (docs/development.md): the pods' script
+    cannot import the collection. Both must give hashlib's digest of the whole content."""
+    import importlib.util
+
+    from ansible_collections.llmfleet.cluster.plugins.module_utils import artifacts
+
+    spec = importlib.util.spec_from_file_location("llmfleet_fetch_under_test", FETCH)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    data = bytes((i * 7 + 3) % 251 for i in range(size))
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    expected = hashlib.sha256(data).hexdigest()
+    assert script.sha256_of(str(path)) == expected
+    assert artifacts.sha256_file(str(path)) == expected

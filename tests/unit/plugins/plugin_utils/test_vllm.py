@@ -10,6 +10,7 @@ import pytest
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import vllm as V
 
 GIB = 1024
+MIB = 1024 * 1024
 IMAGE_ARCH = {"aarch64": "arm64", "x86_64": "x86_64"}
 
 
@@ -24,7 +25,7 @@ def host(arch="aarch64", isa=("bf16", "neon"), cpus=8, usable=30000, status="sup
 
 
 def plan(partition="13,13", stages=("a", "b"), kv=4, n_layer=26, model_bytes=2_000_040_448):
-    counts = partition.split(",")
+    counts = [int(c) for c in partition.split(",")]
     return {
         "model": {"n_layer": n_layer, "bytes": model_bytes},
         "vllm": {
@@ -32,6 +33,8 @@ def plan(partition="13,13", stages=("a", "b"), kv=4, n_layer=26, model_bytes=2_0
             "pp_layer_partition": partition,
             "stages": list(stages),
             "kvcache_space_gib": kv,
+            # the planner's per-stage weights; here the model's bytes by layer count
+            "stage_weights_mib": [model_bytes / MIB * c / max(sum(counts), 1) for c in counts],
         },
     }
 
@@ -168,6 +171,43 @@ def test_plan_per_stage_weights_are_used_when_given():
     p["vllm"]["stage_weights_mib"] = [3000.0, 500.0]
     choice = V.preflight(p, PAIR, overhead_mib=0)
     assert [s.need_mib for s in choice.stages] == [3000 + 4096, 500 + 4096]
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [None, [3000.0], [3000.0, -1.0], [3000.0, float("nan")], [3000.0, "500"], [3000.0, True]],
+    ids=["missing", "one-for-two-stages", "negative", "nan", "string", "bool"],
+)
+def test_a_plan_without_the_planners_stage_weights_is_refused(broken):
+    """vLLM sizing is the planner's: no estimate from the model's bytes when the plan lacks them."""
+    p = plan(partition="20,6")
+    if broken is None:
+        del p["vllm"]["stage_weights_mib"]
+    else:
+        p["vllm"]["stage_weights_mib"] = broken
+    with pytest.raises(V.VllmLwsError, match=r"plan: vllm\.stage_weights_mib"):
+        V.preflight(p, PAIR, overhead_mib=0)
+
+
+def test_the_stage_weights_are_the_planners():
+    """A plan from the planner: each rank's need is the planner's weights for that stage (the
+    embedding on rank 0, the output layer on the last) plus the KV, not the bytes by layer count."""
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
+
+    from tests.unit.plugins.plugin_utils.test_placement import host as phost
+    from tests.unit.plugins.plugin_utils.test_placement import layout
+
+    lay = layout(n_layer=8, layer_mib=100, embd_mib=400, out_mib=50)
+    model = {"name": "tiny", "file": "/models/tiny.gguf", "sha256": "a" * 64}
+    # vllm_hosts "all" (the lws target): two equal budgets, four layers a stage
+    p = P.make_plan(lay, model, phost("a", 2000), [phost("b", 2000)], {"vllm_hosts": "all"}, 8, "vllm", "lws")
+    assert p["vllm"]["pp_layer_partition"] == "4,4"
+    # rank 0: 4 layers + the embedding; rank 1: 4 layers + the output layer and its norm
+    assert p["vllm"]["stage_weights_mib"] == [800.0, pytest.approx(450.0, abs=0.01)]
+    facts = {"a": host(), "b": host()}
+    choice = V.preflight(p, facts, overhead_mib=0, dtype="bfloat16")
+    kv = p["vllm"]["kvcache_space_gib"] * 1024
+    assert [s.need_mib for s in choice.stages] == [800 + kv, 451 + kv]
 
 
 @pytest.mark.parametrize(
