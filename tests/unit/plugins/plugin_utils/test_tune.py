@@ -192,7 +192,7 @@ def test_a_redeploy_without_a_round_of_the_speed_plan_is_refused():
         tune_report(d, MEMORY, SPEEDY, [{"plan": "before", "summary": summary(10.0)}])
 
 
-FRESH = {"speed": {k: v for k, v in SPEED.items()}, "remeasure": []}
+FRESH = {"speed": dict(SPEED), "remeasure": []}
 
 
 def test_auto_reuses_a_profile_with_figures_for_every_host_of_the_plan():
