@@ -80,3 +80,18 @@ def test_profile_yml_puts_the_served_plan_back_as_the_role_wrote_it() -> None:
     )
     assert back["mode"] == role["mode"] and back["owner"] == role["owner"]
     assert "llama_rpc_group" in back["group"]
+
+
+def test_check_mode_does_not_write_the_re_plan() -> None:
+    # tune.yml --check reported changed=1: the plan role's "Write plan.json" of <out>/tune/plan.json
+    # (the re-plan's planned_with probe figures differ run to run)
+    plays = _tasks(ROOT / "playbooks" / "tune.yml")
+    plan = next(r for p in plays for r in p.get("roles") or [] if r.get("role") == "llmfleet.cluster.plan")
+    assert plan["plan_write"] == "{{ not ansible_check_mode }}"
+    write = next(
+        t
+        for t in _tasks(ROOT / "roles" / "plan" / "tasks" / "main.yml")
+        if t["name"] == "Write plan.json and plan.md"
+    )
+    assert write["when"] == "plan_write | bool"
+    assert (ROOT / "roles" / "plan" / "defaults" / "main.yml").read_text().count("\nplan_write: true\n") == 1
