@@ -16,12 +16,7 @@ description:
     memory) or computed with older figures.
   - C(redeploy) is true only when the speed plan has other llama-server arguments and its
     predicted gain is above O(min_gain); C(reason) says which, with both figures.
-  - The logic lives in C(plugins/plugin_utils/tune.py); docs/tune.md describes tune.yml.
 options:
-  _input:
-    description: The running plan (C(plan.json)).
-    type: dict
-    required: true
   after:
     description: The speed plan computed with the current figures (C(llmfleet_plan) of the plan role).
     type: dict
@@ -44,6 +39,8 @@ options:
         same running plan and did not keep it, the speed plan is not redeployed again.
     type: raw
     default: null
+extends_documentation_fragment:
+  - llmfleet.cluster.tune
 """
 
 EXAMPLES = r"""

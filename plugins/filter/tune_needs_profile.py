@@ -15,12 +15,7 @@ description:
     fleet then reuses them and restarts nothing. C(always) measures, C(never) reuses
     C(profile.json) as it is.
   - C(reason) names the hosts without usable figures and why.
-  - The logic lives in C(plugins/plugin_utils/tune.py); docs/tune.md describes tune.yml.
 options:
-  _input:
-    description: The running plan (C(plan.json)).
-    type: dict
-    required: true
   figures:
     description: The result of C(llmfleet.cluster.profile_speed) for the plan's hosts (C(speed), C(remeasure)).
     type: dict
@@ -29,6 +24,8 @@ options:
     description: C(auto), C(always) or C(never) (C(tune_profile)).
     type: str
     default: auto
+extends_documentation_fragment:
+  - llmfleet.cluster.tune
 """
 
 EXAMPLES = r"""
