@@ -95,3 +95,16 @@ def test_check_mode_does_not_write_the_re_plan() -> None:
     )
     assert write["when"] == "plan_write | bool"
     assert (ROOT / "roles" / "plan" / "defaults" / "main.yml").read_text().count("\nplan_write: true\n") == 1
+
+
+def test_molecule_tune_converges_without_site_verify() -> None:
+    # molecule/tune's test measures the fleet itself: its converge leaves verify.yml out (~70 s)
+    site = _tasks(ROOT / "playbooks" / "site.yml")
+    verify = next(p for p in site if p.get("ansible.builtin.import_playbook") == "verify.yml")
+    assert "llmfleet_site_verify | default(true) | bool" in verify["when"]
+    scenario = yaml.safe_load((ROOT / "molecule" / "tune" / "molecule.yml").read_text())
+    group_vars = scenario["provisioner"]["inventory"]["group_vars"]["all"]
+    assert group_vars["llmfleet_site_verify"] is False
+    # every host with the same high CPU weight (the full-CPU worker gets its CPU, session 7's +7 %)
+    for platform in scenario["platforms"]:
+        assert "--cpu-shares=8192" in platform["extra_opts"], platform["name"]
