@@ -23,9 +23,11 @@ ROOT = SCENARIO.parents[1]
 OUT = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "out"
 HEAD_UNIT = "llmfleet-llama-server.service"
 RPC_UNIT = "llmfleet-rpc-server.service"
-# Each round the median of 3 requests of 64 tokens: one 16-token request measured the same plan at
-# 7.5 and 21.0 tokens/s (a request's ~0.5 s start weighs on short ones, docs/planner-speed.md).
-EXTRA = ["-e", "tune_requests=3", "-e", "tune_max_tokens=64", "-e", "profile_max_tokens=64"]
+# Each round the median of 3 requests of 24 tokens (api_bench takes llama-server's own decode
+# rate, so a request's start does not weigh on it); the profile's one measuring request 32 tokens.
+# Session 8: 3 x 32 (profile 48), load 5-7: rounds 4.83, 6.70, 5.23, 14.50 tokens/s, +111 %;
+# 3 x 24 (profile 32), load 2-10: 8.24, 15.62, 8.26, 14.30 tokens/s, +81 %.
+EXTRA = ["-e", "tune_requests=3", "-e", "tune_max_tokens=24", "-e", "profile_max_tokens=32"]
 # Kept after molecule destroys the fleet (the ephemeral directory goes with it).
 KEEP = Path(os.environ.get("TUNE_KEEP_DIR", "/tmp/llmfleet-tune-out"))
 
