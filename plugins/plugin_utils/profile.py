@@ -10,8 +10,9 @@ Controller only. Three steps:
   ``timings`` and the plan that served it).
 - :func:`build_profile`: the figures plus the link probe's, with the fingerprints they belong to
   (each host's hardware, the llama.cpp build, the model's sha256) and when they were measured.
-- :func:`speeds`: the per-host ``speed`` dicts the planner reads (``ms_per_layer``, and for a
-  worker ``rtt_ms`` and ``mbit_s`` of its link to the head), from the profile or, for a what-if
+- :func:`speeds`: the per-host ``speed`` dicts the planner reads (``ms_per_layer``, a quota'd
+  host's ``cpu_quota`` and ``cpu_ms_per_layer``, and for a worker ``rtt_ms`` and ``mbit_s`` of
+  its link to the head), from the profile or, for a what-if
   host, from its inventory's ``llmfleet_profile``. A figure that is stale (the host, the build or
   the model changed), zero, negative, not finite, or a 0 Mbit link is never used: the host is
   listed in ``remeasure`` with the reason (or, for inventory figures, refused with an error).
@@ -26,7 +27,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 PROFILE_VERSION = 1
 REMEASURE_HINT = "re-measure with playbooks/profile.yml"
 # Sane upper bounds: above these a figure is a unit mistake, not a slow machine.
-LIMITS = {"ms_per_layer": 60000.0, "rtt_ms": 60000.0, "mbit_s": 1000000.0}
+LIMITS = {
+    "ms_per_layer": 60000.0,
+    "cpu_ms_per_layer": 60000.0,
+    "cpu_quota": 4096.0,
+    "rtt_ms": 60000.0,
+    "mbit_s": 1000000.0,
+}
+# The compute figures that go into the planner's speed dict besides ms_per_layer (when present).
+QUOTA_KEYS = ("cpu_quota", "cpu_ms_per_layer")
 # What identifies a host's hardware: when any of these changes, its figures are stale.
 FINGERPRINT_KEYS = (
     "arch",
@@ -144,9 +153,11 @@ def compute_figures(
     (``prompt_ms``, ``predicted_ms``, ``predicted_n``). ``facts``: host -> ``llmfleet_host``.
 
     The unit's CPU seconds during the request, times the decode share of the request's time
-    (predicted_ms over prompt_ms + predicted_ms), over the CPUs it could run on at once
-    (min(threads, the cgroup CPU quota or the CPU count)), is the host's busy time decoding;
-    over the tokens and the host's layer equivalents it is ms per layer per token. A host whose
+    (predicted_ms over prompt_ms + predicted_ms), over the tokens and the host's layer
+    equivalents, is ``cpu_ms_per_layer``; over the CPUs its threads run on at once (min(threads,
+    the CPU count)) it is ``ms_per_layer``, the unthrottled time. A CFS quota is not divided in:
+    it is recorded as ``cpu_quota`` and the time model caps the rate with it (a host that used
+    1.4 % of a CPU under a 0.25 quota was never throttled: its time is its CPU time). A host whose
     figure cannot be made gets ``reason`` ("not measured: <host>: <why>") instead.
     """
     tokens = timings.get("predicted_n")
@@ -188,17 +199,28 @@ def compute_figures(
             continue
         fact = facts.get(name) or {}
         quota = fact.get("cpu_quota")
-        cpus = float(quota) if isinstance(quota, (int, float)) and quota > 0 else float(fact.get("cpus") or 1)
+        quota = (
+            float(quota)
+            if isinstance(quota, (int, float)) and not isinstance(quota, bool) and quota > 0
+            else None
+        )
+        # the CPUs its threads run on at once while it has quota left (the fact's cpus is the
+        # CPU count, at most the quota rounded up): the quota caps the rate, it does not slow a
+        # thread down (speed.py)
+        cpus = float(fact.get("cpus") or 1)
         threads = h.get("threads")
         parallel = min(float(threads), cpus) if isinstance(threads, (int, float)) and threads > 0 else cpus
         decode_share = float(predicted_ms) / (float(predicted_ms) + float(prompt_ms))
-        busy_ms = cpu * decode_share / parallel * 1000.0
+        cpu_ms = cpu * decode_share * 1000.0 / float(tokens) / layers
         out[name] = {
-            "ms_per_layer": round(busy_ms / float(tokens) / layers, 4),
+            "ms_per_layer": round(cpu_ms / parallel, 4),
+            "cpu_ms_per_layer": round(cpu_ms, 4),
+            "cpu_quota": quota,
             "cpu_seconds": round(cpu, 4),
             "tokens": int(tokens),
             "layer_equivalents": round(layers, 3),
             "parallel_cpus": round(parallel, 3),
+            "threads": int(threads) if isinstance(threads, (int, float)) and threads > 0 else None,
             "decode_share": round(decode_share, 4),
         }
     return out
@@ -242,6 +264,9 @@ def build_profile(
         figures = compute.get(name) or {}
         if "ms_per_layer" in figures:
             check_figure(name, "ms_per_layer", figures["ms_per_layer"], "the measured request")
+            for key in QUOTA_KEYS:
+                if figures.get(key) is not None:
+                    check_figure(name, key, figures[key], "the measured request")
             entry["compute"] = dict(figures, measured_at=now)
         elif figures.get("reason"):
             entry["not_measured"].append(figures["reason"])
@@ -294,6 +319,16 @@ def _figures(name: str, entry: Mapping[str, Any], is_head: bool) -> Tuple[Dict[s
             speed["ms_per_layer"] = check_figure(
                 name, "ms_per_layer", compute["ms_per_layer"], "profile.json"
             )
+            quota = (entry.get("fingerprint") or {}).get("cpu_quota")
+            if "cpu_ms_per_layer" not in compute and quota:
+                # written before the quota was a cap: its ms_per_layer is CPU time over the quota
+                problems.append(
+                    "compute figure measured before the CPU quota %s was a cap (no cpu_ms_per_layer)" % quota
+                )
+            if compute.get("cpu_quota") is not None:
+                for key in QUOTA_KEYS:
+                    if compute.get(key) is not None:
+                        speed[key] = check_figure(name, key, compute[key], "profile.json")
         if not is_head:
             if not link:
                 problems.append("no link figures")
@@ -343,6 +378,10 @@ def speeds(
             if not is_head:
                 for key in ("rtt_ms", "mbit_s"):
                     speed[key] = check_figure(name, key, figures.get(key), "llmfleet_profile")
+            if figures.get("cpu_quota") is not None:
+                for key in QUOTA_KEYS:
+                    if figures.get(key) is not None:
+                        speed[key] = check_figure(name, key, figures[key], "llmfleet_profile")
             out[name], source[name] = speed, "inventory"
             continue
         if not profile:
