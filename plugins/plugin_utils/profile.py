@@ -49,6 +49,9 @@ FINGERPRINT_KEYS = (
 )
 MIN_TOKENS = 4
 MIN_CPU_SECONDS = 0.01
+# rpc-server's threads when measured: with more than one, its CPU seconds are mostly its threads
+# polling (molecule/tune, 2 threads: 10.68 CPU s for 8 layers over 64 tokens; 1 thread: 0.94)
+MEASURE_THREADS = 1
 
 
 class ProfileError(Exception):
@@ -197,6 +200,14 @@ def compute_figures(
         if cpu < MIN_CPU_SECONDS:
             fail("unit %s used %.4f CPU seconds during the request" % (unit, cpu))
             continue
+        threads = h.get("threads")
+        if role == "worker" and isinstance(threads, (int, float)) and threads > MEASURE_THREADS:
+            fail(
+                "rpc-server ran with %s threads: its CPU seconds are mostly its threads polling, not"
+                " its work (playbooks/profile.yml measures every worker at %d thread)"
+                % (threads, MEASURE_THREADS)
+            )
+            continue
         fact = facts.get(name) or {}
         quota = fact.get("cpu_quota")
         quota = (
@@ -208,7 +219,6 @@ def compute_figures(
         # CPU count, at most the quota rounded up): the quota caps the rate, it does not slow a
         # thread down (speed.py)
         cpus = float(fact.get("cpus") or 1)
-        threads = h.get("threads")
         parallel = min(float(threads), cpus) if isinstance(threads, (int, float)) and threads > 0 else cpus
         decode_share = float(predicted_ms) / (float(predicted_ms) + float(prompt_ms))
         cpu_ms = cpu * decode_share * 1000.0 / float(tokens) / layers
@@ -449,7 +459,11 @@ def measuring_plan(
     ``add``: workers the plan leaves out (no layers, so no compute figure from the served plan):
     each gets ``layers_each`` repeating layers, taken from the head's CPU (then from the worker
     with the most layers), at the front of the ``--rpc`` list; every other host keeps its layers
-    and the output layer stays where it is. ``--poll 0``: llama-server's CPU threads sleep while
+    and the output layer stays where it is. Every worker is measured at ``MEASURE_THREADS`` (1)
+    rpc-server thread (``threads``; ``serving_threads`` keeps the plan's): rpc-server has no
+    ``--poll``, and with more threads its CPU seconds are mostly its threads spinning (playbooks/
+    profile.yml runs a served worker's unit at one thread through a runtime drop-in, see
+    :func:`single_thread_dropin`). ``--poll 0``: llama-server's CPU threads sleep while
     they wait for the workers instead of spinning, so the head's CPU seconds are its work
     (docs/profile.md). The result is a plan the supervisor serves (no fallbacks: the measuring
     run needs every host) with ``hosts[].layers`` and ``predicted_mib.weights`` of the new split,
@@ -508,7 +522,8 @@ def measuring_plan(
                 "address": info["address"],
                 "port": port,
                 "endpoint": "%s:%d" % (info["address"], port),
-                "threads": int(info.get("cpus") or 1),
+                "threads": MEASURE_THREADS,
+                "serving_threads": int(info.get("cpus") or 1),
                 "output_layer": False,
                 "measuring": True,
             }
@@ -538,6 +553,11 @@ def measuring_plan(
     placed = []
     for h, c in zip(order, all_counts):
         h = dict(h)
+        if not h.get("measuring"):
+            # every worker measured at one rpc-server thread (profile.yml restarts a served one
+            # that runs more): a multi-thread rpc-server's CPU seconds are its threads polling
+            h["serving_threads"] = h.get("threads")
+            h["threads"] = MEASURE_THREADS
         mib = dict(h.get("predicted_mib") or {})
         old = (h.get("layers") or [0, 0])[1] - (h.get("layers") or [0, 0])[0] if h.get("layers") else 0
         extra = float(mib.get("weights") or 0) - old * avg if h.get("output_layer") else 0.0
@@ -556,5 +576,37 @@ def measuring_plan(
         + rest
         + ["--poll", "0"]
     )
-    out["measuring"] = {"added": list(add), "layers_each": layers_each, "poll": 0}
+    out["measuring"] = {
+        "added": list(add),
+        "layers_each": layers_each,
+        "poll": 0,
+        "worker_threads": MEASURE_THREADS,
+    }
     return out
+
+
+PROFILE_DROPIN = "/run/systemd/system/llmfleet-rpc-server.service.d/50-llmfleet-profile-threads.conf"
+
+
+def single_thread_dropin(unit_text: str, host: str, threads: int = MEASURE_THREADS) -> str:
+    """The systemd drop-in that runs an installed rpc-server unit with ``--threads threads``, or
+    "" when its ExecStart already does (nothing to change).
+
+    ``unit_text``: the unit file the llama_rpc role installed. The drop-in clears ExecStart and
+    gives the same command line with the thread count replaced; :class:`ProfileError` (naming the
+    host) when the unit has no ExecStart or no ``--threads``."""
+    lines = [line for line in str(unit_text).splitlines() if line.startswith("ExecStart=")]
+    if len(lines) != 1:
+        raise ProfileError("%s: the rpc-server unit has %d ExecStart lines (1 expected)" % (host, len(lines)))
+    argv = lines[0][len("ExecStart=") :].split()
+    if "--threads" not in argv[:-1]:
+        raise ProfileError("%s: the rpc-server unit's ExecStart has no --threads: %s" % (host, lines[0]))
+    i = argv.index("--threads") + 1
+    if argv[i] == str(threads):
+        return ""
+    argv[i] = str(threads)
+    return (
+        "# llmfleet playbooks/profile.yml: rpc-server measured at %d thread(s) (docs/profile.md);\n"
+        "# removed when the measuring request is done (a runtime drop-in: gone at reboot too)\n"
+        "[Service]\nExecStart=\nExecStart=%s\n" % (threads, " ".join(argv))
+    )
