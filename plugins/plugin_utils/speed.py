@@ -159,6 +159,7 @@ class Estimate:
     hosts: List[Dict[str, Any]]  # name, layers, ms_per_layer, compute_ms (, cpu_quota, cap_ms)
     links: List[Dict[str, Any]]  # name, rtt_ms, mbit_s, latency_ms, activation_ms, logits_ms, total_ms
     prompt_tokens: int
+    capped: Optional[Dict[str, Any]] = None  # the host entry with the largest cap_ms (None: no quota)
 
     @property
     def compute_ms(self) -> float:
@@ -172,8 +173,7 @@ class Estimate:
     @property
     def cap(self) -> Optional[Dict[str, Any]]:
         """The quota'd host with the largest cap (None when no host has a quota)."""
-        capped = [h for h in self.hosts if h.get("cap_ms") is not None]
-        return max(capped, key=lambda h: h["cap_ms"]) if capped else None
+        return self.capped
 
     @property
     def ms_per_token(self) -> float:
@@ -285,14 +285,19 @@ def estimate(
     holder["output_layer_equivalents"] = equivalents
     holder["output_ms"] = equivalents * holder["ms_per_layer"]
     holder["compute_ms"] += holder["output_ms"]
+    capped = None
     for h in hosts:
         fig = figures[h["name"]]
+        if not fig.cpu_quota:
+            continue
         work = h["layers"] + (h.get("output_layer_equivalents") or 0.0)
         cap = fig.cap_ms(work) if work > 0 else None
         if cap is not None:
             h["cpu_quota"] = fig.cpu_quota
             h["cap_ms"] = cap
-    return Estimate(hosts, links, prompt_tokens)
+            if capped is None or cap > capped["cap_ms"]:
+                capped = h
+    return Estimate(hosts, links, prompt_tokens, capped)
 
 
 def output_layer_equivalents(model: Model) -> float:

@@ -123,10 +123,12 @@ def _worker_table(
                     row_take[s] = n - s
             continue
         ends = reach.ends(budget, pp)
+        if most < n:
+            ends = [min(e, s + most) for s, e in enumerate(ends)]
         nxt = g[i + 1]
         for s in range(n):
             best, best_t = INF, 0
-            for e in range(s + 1, min(ends[s], s + most) + 1):
+            for e in range(s + 1, ends[s] + 1):
                 rest = nxt[e]
                 if rest < INF and (e - s) * ms + rest < best - 1e-12:
                     best, best_t = (e - s) * ms + rest, e - s
@@ -186,8 +188,9 @@ def _split_under_caps(
     figures: Dict[str, Figures],
     output_on_head: bool,
 ) -> Optional[Tuple[float, int, List[int]]]:
-    """(ms per token, head layers, worker layers) of the fastest split for one order and output
-    holder, the CPU quota caps counted (speed.py: ms per token = max(the chain, every cap)).
+    """(ms, head layers, worker layers) of the fastest split for one order and output holder,
+    the CPU quota caps counted (speed.py: ms per token = max(the chain, every cap)); without a
+    quota'd host, :func:`_fastest_split`'s answer (its ms the compute alone).
 
     The least-compute split is the answer when no cap binds. Else the target T of the caps is
     searched: under T each quota'd host may hold at most the layers whose cap stays within T, and
@@ -201,6 +204,8 @@ def _split_under_caps(
     holder = head.name if head_out else workers[-1].name
     hosts = [head, *workers]
     capped = [h for h in hosts if figures[h.name].cpu_quota]
+    if not capped:
+        return _fastest_split(reach, head, workers, figures, output_on_head)  # the chain is the time
 
     def timed(limits: Optional[Dict[str, int]]) -> Optional[Tuple[float, float, int, List[int]]]:
         got = _fastest_split(reach, head, workers, figures, output_on_head, limits)
@@ -213,7 +218,7 @@ def _split_under_caps(
         return est.ms_per_token, est.chain_ms, h, counts
 
     free = timed(None)
-    if free is None or not capped or free[0] <= free[1] + 1e-9:
+    if free is None or free[0] <= free[1] + 1e-9:
         return None if free is None else (free[0], free[2], free[3])
     targets = sorted(
         {
