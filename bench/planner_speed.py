@@ -148,7 +148,16 @@ def figures_from_plans(plans: list[dict]) -> dict[str, Figures]:
         links = {link["name"]: link for link in speed.get("links") or []}
         for h in speed.get("hosts") or []:
             link = links.get(h["name"]) or {}
-            figs[h["name"]] = Figures(h["ms_per_layer"], link.get("rtt_ms"), link.get("mbit_s"))
+            cpu_ms = (
+                h["cap_ms"]
+                * h["cpu_quota"]
+                / max(h["layers"] + (h.get("output_layer_equivalents") or 0), 1e-9)
+                if h.get("cap_ms")
+                else None
+            )
+            figs[h["name"]] = Figures(
+                h["ms_per_layer"], link.get("rtt_ms"), link.get("mbit_s"), h.get("cpu_quota"), cpu_ms
+            )
     return figs
 
 
@@ -158,7 +167,14 @@ def figures_from_profile(profile: dict) -> dict[str, Figures]:
     for name, entry in (profile.get("hosts") or {}).items():
         compute, link = entry.get("compute") or {}, entry.get("link") or {}
         if "ms_per_layer" in compute:
-            figs[name] = Figures(compute["ms_per_layer"], link.get("rtt_ms"), link.get("mbit_s"))
+            quota = compute.get("cpu_quota")
+            figs[name] = Figures(
+                compute["ms_per_layer"],
+                link.get("rtt_ms"),
+                link.get("mbit_s"),
+                quota,
+                compute.get("cpu_ms_per_layer") if quota else None,
+            )
     return figs
 
 

@@ -10,8 +10,9 @@ Controller only. Three steps:
   ``timings`` and the plan that served it).
 - :func:`build_profile`: the figures plus the link probe's, with the fingerprints they belong to
   (each host's hardware, the llama.cpp build, the model's sha256) and when they were measured.
-- :func:`speeds`: the per-host ``speed`` dicts the planner reads (``ms_per_layer``, and for a
-  worker ``rtt_ms`` and ``mbit_s`` of its link to the head), from the profile or, for a what-if
+- :func:`speeds`: the per-host ``speed`` dicts the planner reads (``ms_per_layer``, a quota'd
+  host's ``cpu_quota`` and ``cpu_ms_per_layer``, and for a worker ``rtt_ms`` and ``mbit_s`` of
+  its link to the head), from the profile or, for a what-if
   host, from its inventory's ``llmfleet_profile``. A figure that is stale (the host, the build or
   the model changed), zero, negative, not finite, or a 0 Mbit link is never used: the host is
   listed in ``remeasure`` with the reason (or, for inventory figures, refused with an error).
@@ -26,7 +27,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 PROFILE_VERSION = 1
 REMEASURE_HINT = "re-measure with playbooks/profile.yml"
 # Sane upper bounds: above these a figure is a unit mistake, not a slow machine.
-LIMITS = {"ms_per_layer": 60000.0, "rtt_ms": 60000.0, "mbit_s": 1000000.0}
+LIMITS = {
+    "ms_per_layer": 60000.0,
+    "cpu_ms_per_layer": 60000.0,
+    "cpu_quota": 4096.0,
+    "rtt_ms": 60000.0,
+    "mbit_s": 1000000.0,
+}
+# The compute figures that go into the planner's speed dict besides ms_per_layer (when present).
+QUOTA_KEYS = ("cpu_quota", "cpu_ms_per_layer")
 # What identifies a host's hardware: when any of these changes, its figures are stale.
 FINGERPRINT_KEYS = (
     "arch",
@@ -40,6 +49,9 @@ FINGERPRINT_KEYS = (
 )
 MIN_TOKENS = 4
 MIN_CPU_SECONDS = 0.01
+# rpc-server's threads when measured: with more than one, its CPU seconds are mostly its threads
+# polling (molecule/tune, 2 threads: 10.68 CPU s for 8 layers over 64 tokens; 1 thread: 0.94)
+MEASURE_THREADS = 1
 
 
 class ProfileError(Exception):
@@ -144,9 +156,11 @@ def compute_figures(
     (``prompt_ms``, ``predicted_ms``, ``predicted_n``). ``facts``: host -> ``llmfleet_host``.
 
     The unit's CPU seconds during the request, times the decode share of the request's time
-    (predicted_ms over prompt_ms + predicted_ms), over the CPUs it could run on at once
-    (min(threads, the cgroup CPU quota or the CPU count)), is the host's busy time decoding;
-    over the tokens and the host's layer equivalents it is ms per layer per token. A host whose
+    (predicted_ms over prompt_ms + predicted_ms), over the tokens and the host's layer
+    equivalents, is ``cpu_ms_per_layer``; over the CPUs its threads run on at once (min(threads,
+    the CPU count)) it is ``ms_per_layer``, the unthrottled time. A CFS quota is not divided in:
+    it is recorded as ``cpu_quota`` and the time model caps the rate with it (a host that used
+    1.4 % of a CPU under a 0.25 quota was never throttled: its time is its CPU time). A host whose
     figure cannot be made gets ``reason`` ("not measured: <host>: <why>") instead.
     """
     tokens = timings.get("predicted_n")
@@ -186,19 +200,37 @@ def compute_figures(
         if cpu < MIN_CPU_SECONDS:
             fail("unit %s used %.4f CPU seconds during the request" % (unit, cpu))
             continue
+        threads = h.get("threads")
+        if role == "worker" and isinstance(threads, (int, float)) and threads > MEASURE_THREADS:
+            fail(
+                "rpc-server ran with %s threads: its CPU seconds are mostly its threads polling, not"
+                " its work (playbooks/profile.yml measures every worker at %d thread)"
+                % (threads, MEASURE_THREADS)
+            )
+            continue
         fact = facts.get(name) or {}
         quota = fact.get("cpu_quota")
-        cpus = float(quota) if isinstance(quota, (int, float)) and quota > 0 else float(fact.get("cpus") or 1)
-        threads = h.get("threads")
+        quota = (
+            float(quota)
+            if isinstance(quota, (int, float)) and not isinstance(quota, bool) and quota > 0
+            else None
+        )
+        # the CPUs its threads run on at once while it has quota left (the fact's cpus is the
+        # CPU count, at most the quota rounded up): the quota caps the rate, it does not slow a
+        # thread down (speed.py)
+        cpus = float(fact.get("cpus") or 1)
         parallel = min(float(threads), cpus) if isinstance(threads, (int, float)) and threads > 0 else cpus
         decode_share = float(predicted_ms) / (float(predicted_ms) + float(prompt_ms))
-        busy_ms = cpu * decode_share / parallel * 1000.0
+        cpu_ms = cpu * decode_share * 1000.0 / float(tokens) / layers
         out[name] = {
-            "ms_per_layer": round(busy_ms / float(tokens) / layers, 4),
+            "ms_per_layer": round(cpu_ms / parallel, 4),
+            "cpu_ms_per_layer": round(cpu_ms, 4),
+            "cpu_quota": quota,
             "cpu_seconds": round(cpu, 4),
             "tokens": int(tokens),
             "layer_equivalents": round(layers, 3),
             "parallel_cpus": round(parallel, 3),
+            "threads": int(threads) if isinstance(threads, (int, float)) and threads > 0 else None,
             "decode_share": round(decode_share, 4),
         }
     return out
@@ -242,6 +274,9 @@ def build_profile(
         figures = compute.get(name) or {}
         if "ms_per_layer" in figures:
             check_figure(name, "ms_per_layer", figures["ms_per_layer"], "the measured request")
+            for key in QUOTA_KEYS:
+                if figures.get(key) is not None:
+                    check_figure(name, key, figures[key], "the measured request")
             entry["compute"] = dict(figures, measured_at=now)
         elif figures.get("reason"):
             entry["not_measured"].append(figures["reason"])
@@ -294,6 +329,16 @@ def _figures(name: str, entry: Mapping[str, Any], is_head: bool) -> Tuple[Dict[s
             speed["ms_per_layer"] = check_figure(
                 name, "ms_per_layer", compute["ms_per_layer"], "profile.json"
             )
+            quota = (entry.get("fingerprint") or {}).get("cpu_quota")
+            if "cpu_ms_per_layer" not in compute and quota:
+                # written before the quota was a cap: its ms_per_layer is CPU time over the quota
+                problems.append(
+                    "compute figure measured before the CPU quota %s was a cap (no cpu_ms_per_layer)" % quota
+                )
+            if compute.get("cpu_quota") is not None:
+                for key in QUOTA_KEYS:
+                    if compute.get(key) is not None:
+                        speed[key] = check_figure(name, key, compute[key], "profile.json")
         if not is_head:
             if not link:
                 problems.append("no link figures")
@@ -343,6 +388,10 @@ def speeds(
             if not is_head:
                 for key in ("rtt_ms", "mbit_s"):
                     speed[key] = check_figure(name, key, figures.get(key), "llmfleet_profile")
+            if figures.get("cpu_quota") is not None:
+                for key in QUOTA_KEYS:
+                    if figures.get(key) is not None:
+                        speed[key] = check_figure(name, key, figures[key], "llmfleet_profile")
             out[name], source[name] = speed, "inventory"
             continue
         if not profile:
@@ -410,7 +459,11 @@ def measuring_plan(
     ``add``: workers the plan leaves out (no layers, so no compute figure from the served plan):
     each gets ``layers_each`` repeating layers, taken from the head's CPU (then from the worker
     with the most layers), at the front of the ``--rpc`` list; every other host keeps its layers
-    and the output layer stays where it is. ``--poll 0``: llama-server's CPU threads sleep while
+    and the output layer stays where it is. Every worker is measured at ``MEASURE_THREADS`` (1)
+    rpc-server thread (``threads``; ``serving_threads`` keeps the plan's): rpc-server has no
+    ``--poll``, and with more threads its CPU seconds are mostly its threads spinning (playbooks/
+    profile.yml runs a served worker's unit at one thread through a runtime drop-in, see
+    :func:`single_thread_dropin`). ``--poll 0``: llama-server's CPU threads sleep while
     they wait for the workers instead of spinning, so the head's CPU seconds are its work
     (docs/profile.md). The result is a plan the supervisor serves (no fallbacks: the measuring
     run needs every host) with ``hosts[].layers`` and ``predicted_mib.weights`` of the new split,
@@ -469,7 +522,8 @@ def measuring_plan(
                 "address": info["address"],
                 "port": port,
                 "endpoint": "%s:%d" % (info["address"], port),
-                "threads": int(info.get("cpus") or 1),
+                "threads": MEASURE_THREADS,
+                "serving_threads": int(info.get("cpus") or 1),
                 "output_layer": False,
                 "measuring": True,
             }
@@ -499,6 +553,11 @@ def measuring_plan(
     placed = []
     for h, c in zip(order, all_counts):
         h = dict(h)
+        if not h.get("measuring"):
+            # every worker measured at one rpc-server thread (profile.yml restarts a served one
+            # that runs more): a multi-thread rpc-server's CPU seconds are its threads polling
+            h["serving_threads"] = h.get("threads")
+            h["threads"] = MEASURE_THREADS
         mib = dict(h.get("predicted_mib") or {})
         old = (h.get("layers") or [0, 0])[1] - (h.get("layers") or [0, 0])[0] if h.get("layers") else 0
         extra = float(mib.get("weights") or 0) - old * avg if h.get("output_layer") else 0.0
@@ -517,5 +576,37 @@ def measuring_plan(
         + rest
         + ["--poll", "0"]
     )
-    out["measuring"] = {"added": list(add), "layers_each": layers_each, "poll": 0}
+    out["measuring"] = {
+        "added": list(add),
+        "layers_each": layers_each,
+        "poll": 0,
+        "worker_threads": MEASURE_THREADS,
+    }
     return out
+
+
+PROFILE_DROPIN = "/run/systemd/system/llmfleet-rpc-server.service.d/50-llmfleet-profile-threads.conf"
+
+
+def single_thread_dropin(unit_text: str, host: str, threads: int = MEASURE_THREADS) -> str:
+    """The systemd drop-in that runs an installed rpc-server unit with ``--threads threads``, or
+    "" when its ExecStart already does (nothing to change).
+
+    ``unit_text``: the unit file the llama_rpc role installed. The drop-in clears ExecStart and
+    gives the same command line with the thread count replaced; :class:`ProfileError` (naming the
+    host) when the unit has no ExecStart or no ``--threads``."""
+    lines = [line for line in str(unit_text).splitlines() if line.startswith("ExecStart=")]
+    if len(lines) != 1:
+        raise ProfileError("%s: the rpc-server unit has %d ExecStart lines (1 expected)" % (host, len(lines)))
+    argv = lines[0][len("ExecStart=") :].split()
+    if "--threads" not in argv[:-1]:
+        raise ProfileError("%s: the rpc-server unit's ExecStart has no --threads: %s" % (host, lines[0]))
+    i = argv.index("--threads") + 1
+    if argv[i] == str(threads):
+        return ""
+    argv[i] = str(threads)
+    return (
+        "# llmfleet playbooks/profile.yml: rpc-server measured at %d thread(s) (docs/profile.md);\n"
+        "# removed when the measuring request is done (a runtime drop-in: gone at reboot too)\n"
+        "[Service]\nExecStart=\nExecStart=%s\n" % (threads, " ".join(argv))
+    )

@@ -7,16 +7,26 @@ Inputs are the measured figures of each host (``speed`` in the host dicts the pl
 written by the measurement side, docs/planner.md "Speed figures"):
 
 - ``ms_per_layer``: decode time per layer per token of THIS model on that host;
-- ``rtt_ms`` and ``mbit_s``: the link head <-> host (absent for the head).
+- ``rtt_ms`` and ``mbit_s``: the link head <-> host (absent for the head);
+- ``cpu_quota`` (optional): the host's CFS CPU quota in CPUs, and ``cpu_ms_per_layer`` (optional,
+  default ``ms_per_layer``): the CPU time per layer per token it spends (its threads' sum).
+
+``ms_per_layer`` is the UNTHROTTLED time: what a layer takes while the host has quota left. A CFS
+quota is a cap, not a slowdown: a host computes at full speed until it has used its quota in the
+period, then the whole chain waits for it. So a quota'd host bounds the rate of tokens
+(``cpu_ms_per_layer x its layers / cpu_quota`` ms per token at least) without slowing a token
+below that rate.
 
 In a layer split every token passes every host in turn. llama.cpp's RPC devices are driven by the
 head: the activations go to a worker over its link, it computes its layers, and the result comes
 back over the same link before the next worker is sent anything. So per token:
 
-    ms_per_token = sum over hosts of layers x ms_per_layer
+    chain_ms     = sum over hosts of layers x ms_per_layer
                  + the output layer's weight in layers x ms_per_layer of its holder
                  + sum over used workers of (rtt_ms + 2 x activation_ms)
                  (the output holder: rtt_ms + activation_ms + logits_ms)
+    ms_per_token = max(chain_ms, max over quota'd hosts of their cap_ms)
+    cap_ms       = (its layers + the output's equivalents if it holds it) x cpu_ms_per_layer / cpu_quota
 
 where ``activation_ms = n_embd x 4 bytes / throughput`` (one row of float32 in, one out) and
 ``logits_ms = n_vocab x 4 bytes / throughput`` of the last worker's link: that worker sends back
@@ -44,17 +54,40 @@ __metaclass__ = type
 MAX_MS_PER_LAYER = 60000.0  # a minute per layer per token
 MAX_RTT_MS = 60000.0
 MAX_MBIT_S = 10000000.0  # 10 Tbit/s
+MAX_CPU_QUOTA = 4096.0  # CPUs
+SPEED_KEYS = ("ms_per_layer", "rtt_ms", "mbit_s", "cpu_quota", "cpu_ms_per_layer")
 PROMPT_TOKENS = 128
 FLOAT_BYTES = 4
 
 
 @dataclasses.dataclass(frozen=True)
 class Figures:
-    """The measured figures of one host (``rtt_ms``/``mbit_s`` None on the head)."""
+    """The measured figures of one host (``rtt_ms``/``mbit_s`` None on the head).
+
+    ``ms_per_layer``: unthrottled time per layer per token; ``cpu_quota``: the CFS quota in CPUs
+    (None: no quota); ``cpu_ms_per_layer``: CPU time per layer per token (None: ``ms_per_layer``,
+    one thread)."""
 
     ms_per_layer: float
     rtt_ms: Optional[float] = None
     mbit_s: Optional[float] = None
+    cpu_quota: Optional[float] = None
+    cpu_ms_per_layer: Optional[float] = None
+
+    def cap_ms(self, layer_equivalents: float) -> Optional[float]:
+        """The least ms per token the quota allows for this much work (None without a quota)."""
+        if not self.cpu_quota:
+            return None
+        cpu = self.cpu_ms_per_layer if self.cpu_ms_per_layer is not None else self.ms_per_layer
+        return layer_equivalents * cpu / self.cpu_quota
+
+    def max_layers(self, ms: float, extra: float = 0.0) -> Optional[int]:
+        """The most layers (besides ``extra`` equivalents) whose cap stays within ``ms`` per token
+        (None without a quota; -1 when even ``extra`` alone is above it)."""
+        if not self.cpu_quota:
+            return None
+        cpu = self.cpu_ms_per_layer if self.cpu_ms_per_layer is not None else self.ms_per_layer
+        return math.floor(ms * self.cpu_quota / cpu - extra + 1e-9)
 
     def transfer_ms(self, n_bytes: float) -> float:
         """Milliseconds to send ``n_bytes`` over this host's link (0 without a link: the head)."""
@@ -90,18 +123,23 @@ def figures_of(data: Dict[str, Any], role: str) -> Optional[Figures]:
         raise ValueError(
             "host %s: speed must be the figures {ms_per_layer, rtt_ms, mbit_s}, got %r" % (name, value)
         )
-    unknown = sorted(set(value) - {"ms_per_layer", "rtt_ms", "mbit_s"})
+    unknown = sorted(set(value) - set(SPEED_KEYS))
     if unknown:
         raise ValueError("host %s: speed has unknown keys %s" % (name, ", ".join(map(str, unknown))))
     ms = _number(name, "ms_per_layer", value.get("ms_per_layer"), MAX_MS_PER_LAYER)
+    quota = cpu_ms = None
+    if value.get("cpu_quota") is not None:
+        quota = _number(name, "cpu_quota", value["cpu_quota"], MAX_CPU_QUOTA)
+    if value.get("cpu_ms_per_layer") is not None:
+        cpu_ms = _number(name, "cpu_ms_per_layer", value["cpu_ms_per_layer"], MAX_MS_PER_LAYER)
     if role == "head":
         for key, upper in (("rtt_ms", MAX_RTT_MS), ("mbit_s", MAX_MBIT_S)):
             if value.get(key) is not None:
                 _number(name, key, value[key], upper)
-        return Figures(ms)
+        return Figures(ms, cpu_quota=quota, cpu_ms_per_layer=cpu_ms)
     rtt = _number(name, "rtt_ms", value.get("rtt_ms"), MAX_RTT_MS)
     mbit = _number(name, "mbit_s", value.get("mbit_s"), MAX_MBIT_S)
-    return Figures(ms, rtt, mbit)
+    return Figures(ms, rtt, mbit, quota, cpu_ms)
 
 
 def figures_for(head: Dict[str, Any], workers: Sequence[Dict[str, Any]]) -> Dict[str, Figures]:
@@ -118,26 +156,49 @@ def figures_for(head: Dict[str, Any], workers: Sequence[Dict[str, Any]]) -> Dict
 class Estimate:
     """The predicted time per token of one placement, term by term (milliseconds)."""
 
-    hosts: List[Dict[str, Any]]  # name, layers, ms_per_layer, compute_ms
+    hosts: List[Dict[str, Any]]  # name, layers, ms_per_layer, compute_ms (, cpu_quota, cap_ms)
     links: List[Dict[str, Any]]  # name, rtt_ms, mbit_s, latency_ms, activation_ms, logits_ms, total_ms
     prompt_tokens: int
+    capped: Optional[Dict[str, Any]] = None  # the host entry with the largest cap_ms (None: no quota)
 
     @property
     def compute_ms(self) -> float:
         return sum(h["compute_ms"] for h in self.hosts)
 
     @property
-    def ms_per_token(self) -> float:
+    def chain_ms(self) -> float:
+        """A token's pass through every host and link, no host throttled."""
         return self.compute_ms + sum(link["total_ms"] for link in self.links)
+
+    @property
+    def cap(self) -> Optional[Dict[str, Any]]:
+        """The quota'd host with the largest cap (None when no host has a quota)."""
+        return self.capped
+
+    @property
+    def ms_per_token(self) -> float:
+        cap = self.cap
+        return max(self.chain_ms, cap["cap_ms"]) if cap is not None else self.chain_ms
 
     @property
     def ttft_ms(self) -> float:
         n = self.prompt_tokens
-        return n * self.compute_ms + sum(
+        # a quota'd host processes the whole batch at its quota's rate when that is the slower
+        compute = sum(max(h["compute_ms"], h.get("cap_ms") or 0.0) for h in self.hosts)
+        return n * compute + sum(
             link["latency_ms"] + n * link["activation_ms"] + link["logits_ms"] for link in self.links
         )
 
     def bottleneck(self) -> str:
+        cap = self.cap
+        if cap is not None and cap["cap_ms"] >= self.chain_ms:
+            cpu = cap["cap_ms"] * cap["cpu_quota"]
+            return "%s CPU quota %g: %.1f ms of CPU per token caps the fleet at %.1f tokens/s" % (
+                cap["name"],
+                cap["cpu_quota"],
+                cpu,
+                1000.0 / cap["cap_ms"],
+            )
         terms = [("%s compute" % h["name"], h["compute_ms"]) for h in self.hosts]
         terms += [("link head-%s" % link["name"], link["total_ms"]) for link in self.links]
         name, value = max(terms, key=lambda t: t[1])
@@ -149,6 +210,7 @@ class Estimate:
         return {
             "tokens_per_second": round(1000.0 / ms, 2) if ms > 0 else None,
             "ms_per_token": round(ms, 3),
+            "chain_ms": round(self.chain_ms, 3),
             "ttft_s": round(self.ttft_ms / 1000.0, 3),
             "ttft_prompt_tokens": self.prompt_tokens,
             "bottleneck": self.bottleneck(),
@@ -223,7 +285,19 @@ def estimate(
     holder["output_layer_equivalents"] = equivalents
     holder["output_ms"] = equivalents * holder["ms_per_layer"]
     holder["compute_ms"] += holder["output_ms"]
-    return Estimate(hosts, links, prompt_tokens)
+    capped = None
+    for h in hosts:
+        fig = figures[h["name"]]
+        if not fig.cpu_quota:
+            continue
+        work = h["layers"] + (h.get("output_layer_equivalents") or 0.0)
+        cap = fig.cap_ms(work) if work > 0 else None
+        if cap is not None:
+            h["cpu_quota"] = fig.cpu_quota
+            h["cap_ms"] = cap
+            if capped is None or cap > capped["cap_ms"]:
+                capped = h
+    return Estimate(hosts, links, prompt_tokens, capped)
 
 
 def output_layer_equivalents(model: Model) -> float:

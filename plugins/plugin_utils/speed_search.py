@@ -36,6 +36,7 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import (
     estimate_placement,
     figures_for,
     link_terms,
+    output_layer_equivalents,
 )
 
 __metaclass__ = type
@@ -91,13 +92,20 @@ class Reach:
 
 
 def _worker_table(
-    reach: Reach, workers: Sequence[P.Host], figures: Dict[str, Figures], output_on_head: bool, pp: bool
+    reach: Reach,
+    workers: Sequence[P.Host],
+    figures: Dict[str, Figures],
+    output_on_head: bool,
+    pp: bool,
+    limits: Optional[Dict[str, int]] = None,
 ) -> Tuple[List[List[float]], List[List[int]]]:
     """g[i][s]: least compute ms for layers s..n-1 on workers i..k-1 in this order (INF: no fit);
     take[i][s]: the layers worker i takes in that optimum. A worker in the chain holds at least
-    one layer, the last one may hold the output alone."""
+    one layer, the last one may hold the output alone. ``limits``: host -> the most layers it may
+    take (a quota'd host under a target time per token, :func:`_split_under_caps`)."""
     n = reach.costs.model.n_layer
     k = len(workers)
+    limits = limits or {}
     g = [[INF] * (n + 1) for _unused in range(k + 1)]
     take = [[0] * (n + 1) for _unused in range(k + 1)]
     g[k][n] = 0.0
@@ -105,15 +113,18 @@ def _worker_table(
         w = workers[i]
         budget = w.budget_mib * P.MIB
         ms = figures[w.name].ms_per_layer
+        most = limits.get(w.name, n)
         row, row_take = g[i], take[i]
         if i == k - 1:
             fits = reach.last(budget, not output_on_head, pp)
             for s in range(n + 1):
-                if fits[s]:
+                if fits[s] and n - s <= most:
                     row[s] = (n - s) * ms
                     row_take[s] = n - s
             continue
         ends = reach.ends(budget, pp)
+        if most < n:
+            ends = [min(e, s + most) for s, e in enumerate(ends)]
         nxt = g[i + 1]
         for s in range(n):
             best, best_t = INF, 0
@@ -131,17 +142,21 @@ def _fastest_split(
     workers: List[P.Host],
     figures: Dict[str, Figures],
     output_on_head: bool,
+    limits: Optional[Dict[str, int]] = None,
 ) -> Optional[Tuple[float, int, List[int]]]:
-    """(compute ms, head layers, worker layers) of the fastest split that fits, for one --rpc
-    order and output holder, or None."""
+    """(compute ms, head layers, worker layers) of the split with the least compute that fits, for
+    one --rpc order and output holder (each host within its ``limits``), or None."""
     model, opts = reach.costs.model, reach.costs.opts
     n, k = model.n_layer, len(workers)
     head_out = output_on_head or not workers
     budget = head.budget_mib * P.MIB
     head_ms = figures[head.name].ms_per_layer
-    tables = {}
+    limits = limits or {}
+    if any(v < 0 for v in limits.values()):
+        return None  # a holder whose cap is above the target with the output alone
+    tables: Dict[bool, Tuple[List[List[float]], List[List[int]]]] = {}
     best: Optional[Tuple[float, int, List[int]]] = None
-    for h in range(0, (n if opts.head_layers else 0) + 1):
+    for h in range(0, min(n if opts.head_layers else 0, limits.get(head.name, n)) + 1):
         pp = P.pipelined(k, h, head_out)
         if P.predict_head(model, range(0, h), head_out, opts, pp).total > budget:
             if h > 0:
@@ -152,7 +167,7 @@ def _fastest_split(
                 best = (h * head_ms, h, [])
             continue
         if pp not in tables:
-            tables[pp] = _worker_table(reach, workers, figures, output_on_head, pp)
+            tables[pp] = _worker_table(reach, workers, figures, output_on_head, pp, limits)
         g, take = tables[pp]
         if g[0][h] == INF:
             continue
@@ -164,6 +179,86 @@ def _fastest_split(
                 s += take[i][s]
             best = (total, h, counts)
     return best
+
+
+def _split_under_caps(
+    reach: Reach,
+    head: P.Host,
+    workers: List[P.Host],
+    figures: Dict[str, Figures],
+    output_on_head: bool,
+) -> Optional[Tuple[float, int, List[int]]]:
+    """(ms, head layers, worker layers) of the fastest split for one order and output holder,
+    the CPU quota caps counted (speed.py: ms per token = max(the chain, every cap)); without a
+    quota'd host, :func:`_fastest_split`'s answer (its ms the compute alone).
+
+    The least-compute split is the answer when no cap binds. Else the target T of the caps is
+    searched: under T each quota'd host may hold at most the layers whose cap stays within T, and
+    the least-compute split under those limits has a chain S(T) that only falls as T grows; the
+    best time is where S(T) meets T, found by bisection over the caps' own values (each host's
+    cap at 0..n layers)."""
+    model = reach.costs.model
+    n = model.n_layer
+    head_out = output_on_head or not workers
+    eq = output_layer_equivalents(model)
+    holder = head.name if head_out else workers[-1].name
+    hosts = [head, *workers]
+    capped = [h for h in hosts if figures[h.name].cpu_quota]
+    if not capped:
+        return _fastest_split(reach, head, workers, figures, output_on_head)  # the chain is the time
+
+    def timed(limits: Optional[Dict[str, int]]) -> Optional[Tuple[float, float, int, List[int]]]:
+        got = _fastest_split(reach, head, workers, figures, output_on_head, limits)
+        if got is None:
+            return None
+        _c, h, counts = got
+        est = estimate(model, head, workers, h, counts, head_out, figures)
+        if est is None:
+            return None
+        return est.ms_per_token, est.chain_ms, h, counts
+
+    free = timed(None)
+    if free is None or free[0] <= free[1] + 1e-9:
+        return None if free is None else (free[0], free[2], free[3])
+    targets = sorted(
+        {
+            c
+            for w in capped
+            for layers in range(n + 1)
+            for c in [figures[w.name].cap_ms(layers + (eq if w.name == holder else 0.0))]
+            if c is not None and c > 0
+        }
+    )
+
+    def limits_at(target: float) -> Dict[str, int]:
+        return {
+            w.name: figures[w.name].max_layers(target, eq if w.name == holder else 0.0) or 0 for w in capped
+        }
+
+    seen: Dict[int, Optional[Tuple[float, float, int, List[int]]]] = {}
+
+    def at(i: int) -> Optional[Tuple[float, float, int, List[int]]]:
+        if i not in seen:
+            seen[i] = timed(limits_at(targets[i] * (1 + 1e-9)))
+        return seen[i]
+
+    # the first target whose chain is within it: there the time is at most the target; below
+    # it the time is the chain, least at the largest target below (both are looked at)
+    lo, hi = 0, len(targets) - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        got = at(mid)
+        if got is not None and got[1] <= targets[mid] + 1e-9:
+            hi = mid - 1
+        else:
+            lo = mid + 1
+    best = free
+    for i in (lo - 1, lo):
+        if 0 <= i < len(targets):
+            got = at(i)
+            if got is not None and got[0] < best[0] - 1e-9:
+                best = got
+    return best[0], best[2], best[3]
 
 
 def _orders(
@@ -287,10 +382,10 @@ def fastest(
         if bound >= best.ms - 1e-9:
             break
         for order in _orders(combo, figures, out) if combo else [[]]:
-            got = _fastest_split(reach, head, order, figures, out)
+            got = _split_under_caps(reach, head, order, figures, out)
             if got is None:
                 continue
-            _compute_ms, h, counts = got
+            _ms, h, counts = got
             head_out = out or not order
             est = estimate(model, head, order, h, counts, head_out, figures)
             ms = est.ms_per_token if est is not None else INF
@@ -306,6 +401,20 @@ def _left_out_reason(w: P.Host, p: P.Placement, figures: Dict[str, Figures], mod
     used = [(h, n) for h, n in zip(p.hosts(), [p.head_layers, *p.worker_layers]) if n > 0]
     ref = min(used, key=lambda hn: figures[hn[0].name].ms_per_layer)[0] if used else p.head
     mine, theirs = figures[w.name].ms_per_layer, figures[ref.name].ms_per_layer
+    capped = figures[w.name].cap_ms(1.0)
+    if capped is not None and capped > mine and capped > theirs * 1.05:
+        return (
+            "its CPU quota %g caps it at %.4g ms per layer (%.4g ms of CPU a layer), %.1fx %s's %g ms;"
+            " the model fits without it"
+            % (
+                figures[w.name].cpu_quota,
+                capped,
+                capped * figures[w.name].cpu_quota,
+                capped / theirs,
+                ref.name,
+                theirs,
+            )
+        )
     if mine > theirs * 1.05:
         return "%.1fx slower per layer than %s (%g vs %g ms); the model fits without it" % (
             mine / theirs,

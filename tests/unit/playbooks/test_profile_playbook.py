@@ -53,3 +53,28 @@ def test_the_request_goes_through_the_measuring_placement() -> None:
     # and the served plan is put back and the copy removed
     names = [t.get("name") for t in tasks]
     assert names.index("Put the served plan back") < names.index("Remove the copy")
+
+
+def test_served_workers_are_measured_at_one_thread_and_put_back_before_llama_server() -> None:
+    """A served worker's rpc-server runs one thread while measured (a runtime drop-in made by the
+    profile_rpc_dropin filter, restarted on it before the measuring placement is served), and
+    runs its own threads again before llama-server restarts on the fleet's plan (llama-server
+    connects to the workers when it starts)."""
+    plays = yaml.safe_load((ROOT / "playbooks" / "profile.yml").read_text())
+    names = [p["name"] for p in plays]
+    tasks = {t.get("name"): (i, t) for i, p in enumerate(plays) for t in p.get("tasks") or []}
+    made = tasks["Make the one-thread drop-in"][1]["ansible.builtin.set_fact"]["__profile_rpc_dropin"]
+    assert "llmfleet.cluster.profile_rpc_dropin" in made
+    written = tasks["Run the served rpc-server at one thread"][1]
+    assert written["ansible.builtin.copy"]["dest"] == "{{ _profile_dropin }}"
+    restart = tasks["Restart the served rpc-server on the drop-in"]
+    assert restart[1]["ansible.builtin.systemd_service"]["daemon_reload"] is True
+    assert restart[0] < names.index("Serve the measuring placement")
+    back = tasks["Restart the rpc-server on its own unit"][0]
+    assert tasks["Remove the drop-in"][0] == back
+    assert names.index("Send one measured request through the measuring placement") < back
+    assert back < names.index("Serve the fleet's own plan again")
+    for play in (plays[restart[0]], plays[back]):
+        assert play["vars"]["_profile_dropin"].startswith(
+            "{{ profile_rpc_dropin_file | default('/run/systemd/"
+        )

@@ -46,7 +46,7 @@ PLAN = {
             "role": "worker",
             "layers": [2, 10],
             "output_layer": False,
-            "threads": 2,
+            "threads": 1,
             "predicted_mib": {"weights": 16.0},
         },
         # 6 layers of 2 MiB + a 20 MiB output layer: 6 + 10 layer equivalents
@@ -81,11 +81,17 @@ TIMINGS = {"prompt_ms": 100.0, "predicted_ms": 900.0, "predicted_n": 40}
 
 def test_ms_per_layer_from_the_cpu_seconds_of_a_request() -> None:
     figures = prof.compute_figures(PLAN, SAMPLES, TIMINGS, FACTS, UNITS)
-    # w1: 1.6 CPU s * 0.9 decode / 2 CPUs = 0.72 s busy = 720 ms / 40 tokens / 8 layers = 2.25
-    assert figures["w1"]["ms_per_layer"] == pytest.approx(2.25)
-    # w2: 0.8 * 0.9 / 0.25 (quota) = 2.88 s = 2880 ms / 40 / (6 + 10 output equivalents) = 4.5
+    # w1 (one rpc-server thread): 1.6 CPU s * 0.9 decode = 1.44 s = 1440 ms / 40 tokens / 8 layers
+    assert figures["w1"]["ms_per_layer"] == pytest.approx(4.5)
+    assert figures["w1"]["cpu_ms_per_layer"] == pytest.approx(4.5) and figures["w1"]["cpu_quota"] is None
+    assert figures["w1"]["threads"] == 1
+    # w2 (one thread, a 0.25 quota): 0.8 * 0.9 = 0.72 s = 720 ms / 40 / (6 + 10 output
+    # equivalents) = 1.125 ms, its unthrottled time; the quota is a cap, recorded, not divided in
+    # (the old figure 720 / 0.25 = 4.5 made a never-throttled host 4x slower than it was)
     assert figures["w2"]["layer_equivalents"] == pytest.approx(16.0)
-    assert figures["w2"]["ms_per_layer"] == pytest.approx(4.5)
+    assert figures["w2"]["ms_per_layer"] == pytest.approx(1.125)
+    assert figures["w2"]["cpu_ms_per_layer"] == pytest.approx(1.125)
+    assert figures["w2"]["cpu_quota"] == 0.25
     # head: 0.5 * 0.9 / 2 = 225 ms / 40 / 2 layers = 2.8125
     assert figures["head"]["ms_per_layer"] == pytest.approx(2.8125)
 
@@ -126,8 +132,14 @@ def test_the_profile_matches_its_schema_and_gives_the_speed_dicts() -> None:
     result = use(p)
     assert result["remeasure"] == []
     assert result["speed"]["head"] == {"ms_per_layer": pytest.approx(2.8125)}
-    assert result["speed"]["w1"] == {"ms_per_layer": pytest.approx(2.25), "rtt_ms": 0.4, "mbit_s": 900.0}
-    assert result["speed"]["w2"]["mbit_s"] == 20.0
+    assert result["speed"]["w1"] == {"ms_per_layer": pytest.approx(4.5), "rtt_ms": 0.4, "mbit_s": 900.0}
+    assert result["speed"]["w2"] == {
+        "ms_per_layer": pytest.approx(1.125),
+        "cpu_quota": 0.25,
+        "cpu_ms_per_layer": pytest.approx(1.125),
+        "rtt_ms": 0.5,
+        "mbit_s": 20.0,
+    }
     assert result["source"] == {"head": "profile", "w1": "profile", "w2": "profile"}
 
 
@@ -250,3 +262,61 @@ def test_the_output_layer_on_the_head_counts_by_its_weight(tied, head_weights) -
     # 0.5 CPU s * 0.9 / 2 CPUs = 225 ms / 40 tokens / 12 = 0.46875
     assert figures["head"]["ms_per_layer"] == pytest.approx(0.46875, abs=1e-4)
     assert figures["w2"]["layer_equivalents"] == pytest.approx(6.0)
+
+
+def test_a_quota_d_figure_of_the_old_model_is_re_measured_and_an_unquota_d_one_kept() -> None:
+    """Before the quota was a cap, ms_per_layer was CPU time over the quota (no cpu_ms_per_layer):
+    such a figure of a quota'd host would be read as 4x its unthrottled time."""
+    p = profile()
+    for name in ("w1", "w2"):
+        for key in ("cpu_ms_per_layer", "cpu_quota"):
+            p["hosts"][name]["compute"].pop(key)
+    result = use(p)
+    assert "w1" in result["speed"] and "w2" not in result["speed"]
+    assert result["remeasure"] == [
+        "w2: figures not used (compute figure measured before the CPU quota 0.25 was a cap"
+        " (no cpu_ms_per_layer)): re-measure with playbooks/profile.yml"
+    ]
+
+
+def test_inventory_quota_figures_are_checked_and_passed_on() -> None:
+    given = {"w2": {"ms_per_layer": 1.0, "rtt_ms": 1.0, "mbit_s": 10.0, "cpu_quota": 0.1}}
+    assert use(profile(), given=given)["speed"]["w2"] == dict(given["w2"])
+    with pytest.raises(prof.ProfileError, match=r"w2: cpu_quota is 0 in llmfleet_profile"):
+        use(profile(), given={"w2": dict(given["w2"], cpu_quota=0)})
+
+
+def test_a_multi_thread_rpc_server_is_not_trusted() -> None:
+    """A 2-thread rpc-server's CPU seconds are mostly its threads polling (molecule/tune: 10.68 CPU
+    s for 8 layers at 2 threads, 0.94 at 1): its figure is not made, the host is named."""
+    plan = copy.deepcopy(PLAN)
+    plan["hosts"][1]["threads"] = 2
+    figures = prof.compute_figures(plan, SAMPLES, TIMINGS, FACTS, UNITS)
+    assert "ms_per_layer" not in figures["w1"]
+    assert figures["w1"]["reason"] == (
+        "not measured: w1: rpc-server ran with 2 threads: its CPU seconds are mostly its threads"
+        " polling, not its work (playbooks/profile.yml measures every worker at 1 thread)"
+    )
+    # the head's llama-server runs --poll 0 in the measuring placement: its threads are trusted
+    assert figures["head"]["ms_per_layer"] == pytest.approx(2.8125)
+
+
+UNIT = """[Service]
+Type=simple
+ExecStart=/opt/llmfleet/llama.cpp/current/rpc-server --host 10.0.0.3 --port 50052 --threads 4 --cache
+Restart=always
+"""
+
+
+def test_the_drop_in_runs_a_served_rpc_server_at_one_thread() -> None:
+    dropin = prof.single_thread_dropin(UNIT, "w1")
+    assert (
+        "[Service]\nExecStart=\nExecStart=/opt/llmfleet/llama.cpp/current/rpc-server --host 10.0.0.3"
+        in dropin
+    )
+    assert dropin.endswith("--port 50052 --threads 1 --cache\n")
+    assert prof.single_thread_dropin(UNIT.replace("--threads 4", "--threads 1"), "w1") == ""
+    with pytest.raises(prof.ProfileError, match="w1: the rpc-server unit's ExecStart has no --threads"):
+        prof.single_thread_dropin(UNIT.replace("--threads 4 ", ""), "w1")
+    with pytest.raises(prof.ProfileError, match="w1: the rpc-server unit has 0 ExecStart lines"):
+        prof.single_thread_dropin("[Service]\n", "w1")

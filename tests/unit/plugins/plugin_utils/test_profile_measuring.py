@@ -5,9 +5,12 @@ compute figure and the speed objective refuses the fleet (issue #15, demo-uneven
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile as prof
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import assign_slots
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import measuring_plan
 
 UNITS = {"head": "llama-server", "worker": "rpc-server"}
 FACT = {"arch": "x86_64", "cpus": 1, "cpu_quota": 1.0, "memory": {}}
@@ -174,3 +177,20 @@ def test_layers_come_from_the_largest_worker_when_the_head_has_none() -> None:
     layers = {h["name"]: h["layers"] for h in m["hosts"]}
     assert layers == {"head": [0, 0], "wifi": [0, 2], "fast": [2, 18], "nas": [18, 18]}
     assert m["llama_server_args"][3] == "2,16,1"
+
+
+def test_every_worker_is_measured_at_one_rpc_server_thread() -> None:
+    """A served worker at 4 threads and an added one with 2 CPUs: both measured at 1 thread
+    (rpc-server has no --poll: more threads spin), the serving count kept beside it."""
+    served = copy.deepcopy(SERVED)
+    next(h for h in served["hosts"] if h["name"] == "fast")["threads"] = 4
+    for h in served["planned_with"]["hosts"]:
+        if h["name"] == "wifi":
+            h["cpus"] = 2
+    m = measuring_plan(served, ["wifi"])
+    workers = {h["name"]: h for h in m["hosts"] if h["role"] == "worker"}
+    assert {n: h["threads"] for n, h in workers.items()} == {"wifi": 1, "fast": 1, "nas": 1}
+    assert workers["fast"]["serving_threads"] == 4 and workers["wifi"]["serving_threads"] == 2
+    assert m["measuring"]["worker_threads"] == 1
+    head = next(h for h in m["hosts"] if h["role"] == "head")
+    assert "serving_threads" not in head

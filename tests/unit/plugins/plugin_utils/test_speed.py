@@ -100,3 +100,52 @@ def test_the_head_needs_only_its_compute_and_numbers_are_no_figures():
     assert S.figures_of({"name": "w"}, "worker") is None
     got = S.figures_for({"name": "h", "speed": {"ms_per_layer": 2}}, [{"name": "w"}])
     assert set(got) == {"h"}
+
+
+def test_a_quota_d_host_below_its_cap_costs_its_cpu_time_not_cpu_over_quota():
+    """w1 computes a layer in 1 ms of CPU: 6 layers + the output = 7 ms of CPU a token. Under a
+    0.5 CPU quota that is a cap of 14 ms per token, below the chain (21.024 ms, the first test):
+    w1 costs its 7 ms (the old figure, CPU / quota, made it 14 ms of compute: 28.024 ms). Under
+    0.25 the cap is 28 ms and binds."""
+    figs = dict(FIGS, w1=S.Figures(1.0, rtt_ms=5.0, mbit_s=8.0, cpu_quota=0.25))
+    est = S.estimate(MODEL, HEAD, [W1], 2, [6], False, figs)
+    assert est.chain_ms == pytest.approx(21.024)
+    assert est.hosts[1]["cap_ms"] == pytest.approx(28.0)
+    assert est.ms_per_token == pytest.approx(28.0)
+    figs = dict(FIGS, w1=S.Figures(1.0, rtt_ms=5.0, mbit_s=8.0, cpu_quota=0.5))
+    est = S.estimate(MODEL, HEAD, [W1], 2, [6], False, figs)
+    # a 0.5 quota: cap 14 ms < the chain 21.024: the chain it is, w1 at its own 7 ms
+    assert est.ms_per_token == pytest.approx(21.024)
+    assert est.to_plan()["bottleneck"].startswith("link head-w1: 10.02 ms of 21.02 ms")
+
+
+def test_a_quota_d_host_above_its_cap_bounds_tokens_per_second():
+    """w2 under a 0.1 CPU quota holding 5 layers + the output at 3 ms of CPU a layer: 18 ms of CPU
+    a token, 180 ms per token at least whatever the chain (28.55 ms): 5.56 tokens/s."""
+    figs = dict(FIGS, w2=S.Figures(3.0, rtt_ms=1.0, mbit_s=80.0, cpu_quota=0.1))
+    est = S.estimate(MODEL, HEAD, [W1, W2], 0, [3, 5], False, figs)
+    assert est.chain_ms == pytest.approx(3 + 18 + 7.048 + 1.5024)
+    assert est.ms_per_token == pytest.approx(180.0)
+    plan = est.to_plan()
+    assert plan["tokens_per_second"] == pytest.approx(5.56)
+    assert plan["bottleneck"] == "w2 CPU quota 0.1: 18.0 ms of CPU per token caps the fleet at 5.6 tokens/s"
+    # a 2-thread host: its CPU per layer is its threads' sum, twice its unthrottled time
+    figs = dict(FIGS, w2=S.Figures(1.5, rtt_ms=1.0, mbit_s=80.0, cpu_quota=0.1, cpu_ms_per_layer=3.0))
+    assert S.estimate(MODEL, HEAD, [W1, W2], 0, [3, 5], False, figs).ms_per_token == pytest.approx(180.0)
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("cpu_quota", 0, "host nas: speed.cpu_quota must be a finite number > 0"),
+        ("cpu_quota", -0.25, "host nas: speed.cpu_quota must be a finite number > 0"),
+        ("cpu_quota", float("nan"), "host nas: speed.cpu_quota must be a finite number > 0"),
+        ("cpu_ms_per_layer", 0.0, "host nas: speed.cpu_ms_per_layer must be a finite number > 0"),
+    ],
+)
+def test_quota_figures_are_validated_with_the_host_named(key, value, message):
+    speed = {"ms_per_layer": 1.0, "rtt_ms": 1.0, "mbit_s": 100.0, key: value}
+    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+        S.figures_of({"name": "nas", "speed": speed}, "worker")
+    fig = S.figures_of({"name": "nas", "speed": dict(speed, **{key: 0.5})}, "worker")
+    assert fig is not None and getattr(fig, key) == 0.5

@@ -198,3 +198,77 @@ def test_a_64_host_fleet_plans_in_bounded_cpu_time():
     assert len(plan["fallbacks"]) == len(plan["workers"])
     # the bench measures about 7 CPU s here; the bound is generous so that load cannot flake it
     assert cpu < 60, cpu
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    n_layer=st.integers(2, 6),
+    head_usable=st.integers(20, 90),
+    workers=st.lists(
+        st.tuples(
+            st.integers(20, 90),
+            st.sampled_from([0.25, 0.5, 1.0, 2.0]),
+            st.sampled_from([None, 0.05, 0.25, 0.5]),
+        ),
+        min_size=0,
+        max_size=3,
+    ),
+    head_quota=st.sampled_from([None, 0.1, 1.0]),
+    head_layers=st.booleans(),
+    output=st.sampled_from(["auto", "worker", "head"]),
+)
+def test_the_speed_search_equals_brute_force_under_cpu_quotas(
+    n_layer, head_usable, workers, head_quota, head_layers, output
+):
+    """With quota'd hosts the time is max(the chain, each quota's cap): the search must still find
+    the brute-force optimum (a search that minimises compute alone loads the quota'd host)."""
+    lay = layout(n_layer=n_layer, layer_mib=10, embd_mib=5, out_mib=8)
+    model = P.Model.from_layout(lay)
+
+    def speed(ms, quota, **link):
+        out = {"ms_per_layer": ms, **link}
+        if quota is not None:
+            out["cpu_quota"] = quota
+        return out
+
+    head_d = {**host("head", head_usable), "speed": speed(1.0, head_quota)}
+    ws_d = [
+        {**host(f"w{i}", u), "speed": speed(ms, q, rtt_ms=0.5, mbit_s=1000.0)}
+        for i, (u, ms, q) in enumerate(workers)
+    ]
+    head, ws = P.hosts_from_dicts(head_d, ws_d, reserve_mib=4)
+    opts = P.Options(context=256, head_layers=head_layers, output_layer=output)
+    figures = S.figures_for(head_d, ws_d)
+    expected = brute_force(model, head, ws, opts, figures)
+    got = SS.fastest(model, head, ws, opts, figures)
+    if expected is None:
+        assert got is None
+        return
+    assert got is not None and got.fits()
+    assert S.estimate_placement(got, model, figures).ms_per_token == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_quota_that_binds_moves_layers_off_the_quota_d_host():
+    """nas computes a layer in 0.5 ms (unthrottled) but has 0.1 CPU: k layers there cost 0.5k ms
+    of CPU a token, so its quota caps the fleet at 5k ms per token. fast (1 ms a layer) has room
+    for 8 of the 12 layers, so nas must hold 4 at least: 20 ms, 50 tokens/s. A search that
+    minimises the unthrottled compute alone gives nas all it can hold (11 layers: 55 ms)."""
+    lay = layout(n_layer=12, layer_mib=10, embd_mib=5, out_mib=8)
+    head = {**host("head", 60), "speed": {"ms_per_layer": 1.0}}
+    ws = [
+        {**host("fast", 100), "speed": {"ms_per_layer": 1.0, "rtt_ms": 0.1, "mbit_s": 10000.0}},
+        {
+            **host("nas", 400),
+            "speed": {"ms_per_layer": 0.5, "cpu_quota": 0.1, "rtt_ms": 0.1, "mbit_s": 10000.0},
+        },
+    ]
+    opts = {"context": 256, "objective": "speed", "output_layer": "head"}
+    plan = SS.make_plan(lay, MODEL, head, ws, opts, 4)
+    counts = {h["name"]: h["layers"][1] - h["layers"][0] for h in plan["hosts"] if h.get("layers")}
+    assert counts["nas"] == 4 and counts["fast"] == 8
+    assert plan["speed"]["ms_per_token"] == pytest.approx(20.0)
+    assert (
+        plan["speed"]["bottleneck"]
+        == "nas CPU quota 0.1: 2.0 ms of CPU per token caps the fleet at 50.0 tokens/s"
+    )
+    assert "bottleneck: " + plan["speed"]["bottleneck"] in plan["reasons"]
