@@ -45,6 +45,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "playbooks" / "render.yml"
 FIXTURES = ROOT / "tests" / "fixtures" / "llama_rpc_k8s"
 WHATIF = FIXTURES / "whatif"
+WORKERLESS = FIXTURES / "workerless"
+# What exists only for workers: a render of a workerless plan writes none of these kinds.
+WORKER_ONLY_KINDS = {"DaemonSet", "NetworkPolicy", "Role", "RoleBinding"}
 PODMAN_FLEET = FIXTURES / "podman"
 SUPERVISOR = ROOT / "roles" / "llama_rpc" / "files" / "llmfleet_supervisor.py"
 CACHE = Path(os.environ.get("CACHE", ROOT / ".cache"))
@@ -397,6 +400,26 @@ def test_a_second_render_changes_nothing(rendered: Rendered) -> None:
     ]
     assert changed == []
     assert {p.name: p.read_text() for p in sorted(rendered.dir.glob("llama-rpc-*.yaml"))} == before
+
+
+def test_a_fleet_that_loses_its_workers_leaves_no_worker_file_behind(
+    rendered: Rendered, tmp_path: Path
+) -> None:
+    """A render of the fleet with workers, then one of the workerless fleet into the same directory.
+
+    The first render is a copy of this module's render of the what-if fleet (the same playbook,
+    inventory and vars; its exit status is checked where it is made): one playbook run less.
+    """
+    out = tmp_path / "out"
+    shutil.copytree(rendered.out, out)
+    with_workers = Rendered(out, rendered.proc)
+    assert with_workers.kind("DaemonSet") and with_workers.kind("NetworkPolicy")
+    second = run_render(WORKERLESS, out, whatif_vars())
+    assert second.returncode == 0, second.stdout[-3000:]
+    after = Rendered(out, second)
+    assert after.plan["workers"] == []
+    assert not WORKER_ONLY_KINDS & {o["kind"] for o in after.objects.values()}
+    assert_valid(after.files, K8S_VERSIONS[-1])
 
 
 def test_render_adds_the_chat_page_in_front_of_llama_server(tmp_path: Path) -> None:

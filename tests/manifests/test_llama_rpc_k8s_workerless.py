@@ -6,29 +6,25 @@ alone. playbooks/render.yml must then write the llama-server Deployment and what
 nothing that exists only for workers: no rpc-server DaemonSet, no headless workers Service, no
 NetworkPolicy, no Role to list pods; the supervisor discovers statically and llama-server gets no
 ``--rpc``. Every object passes ``kubernetes-validate --strict`` (1.33 and 1.37), and a render of
-the fleet with workers into the same directory followed by this one leaves no worker file behind.
+the fleet with workers into the same directory followed by this one leaves no worker file behind
+(that test is in test_llama_rpc_k8s.py: it starts from a copy of that module's render).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from tests.manifests.test_llama_rpc_k8s import (
     K8S_VERSIONS,
-    WHATIF,
+    WORKER_ONLY_KINDS,
+    WORKERLESS,
     Rendered,
     _config_refs,
     _render,
-    run_render,
     selects,
     whatif_vars,
 )
 from tests.support.k8s_validate import assert_valid
-
-WORKERLESS = WHATIF.parent / "workerless"
-WORKER_ONLY_KINDS = {"DaemonSet", "NetworkPolicy", "Role", "RoleBinding"}
 
 
 @pytest.fixture(scope="module")
@@ -88,17 +84,3 @@ def test_the_head_requests_what_the_plan_predicts_for_it(alone: Rendered) -> Non
     (server,) = alone.deployment["spec"]["template"]["spec"]["containers"]
     need = -(-head["predicted_mib"]["total"] // 1)
     assert server["resources"]["requests"]["memory"] == f"{max(int(need), 64)}Mi"
-
-
-def test_a_fleet_that_loses_its_workers_leaves_no_worker_file_behind(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    first = run_render(WHATIF, out, whatif_vars())
-    assert first.returncode == 0, first.stdout[-3000:]
-    with_workers = Rendered(out, first)
-    assert with_workers.kind("DaemonSet") and with_workers.kind("NetworkPolicy")
-    second = run_render(WORKERLESS, out, whatif_vars())
-    assert second.returncode == 0, second.stdout[-3000:]
-    after = Rendered(out, second)
-    assert after.plan["workers"] == []
-    assert not WORKER_ONLY_KINDS & {o["kind"] for o in after.objects.values()}
-    assert_valid(after.files, K8S_VERSIONS[-1])
