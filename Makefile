@@ -12,6 +12,9 @@ CACHE := $(ROOT)/.cache
 STAMP := $(VENV)/.requirements-$(shell sha256sum requirements.txt | cut -c1-12)
 DEMO_INVENTORY ?= inventories/demo
 SCENARIO ?=
+# Molecule scenarios run side by side in this many lanes (scripts/run-molecule.sh; the scenarios
+# with a RUN_ALONE file run first, by themselves). MOLECULE_LANES=1: one at a time, as before.
+MOLECULE_LANES ?= 2
 # pytest-xdist workers for `make unit` and `make manifests` (PYTEST_JOBS=0: one process, as before).
 # Whole test files go to one worker (--dist loadfile), so a module's fixtures still render once.
 PYTEST_JOBS ?= 2
@@ -98,7 +101,7 @@ browser: venv link host-setup
 	pytest -q tests/browser
 
 molecule: venv link images test-artifacts
-	@bash scripts/run-molecule.sh $(SCENARIO)
+	@LLMFLEET_MOLECULE_LANES=$(MOLECULE_LANES) bash scripts/run-molecule.sh $(SCENARIO)
 
 # The demo end to end: site.yml on the demo fleet (ending in verify.yml), then the chat page in a
 # real browser; the fleet is removed afterwards unless it was running before.
