@@ -15,7 +15,7 @@ module: k8s_objects_write
 short_description: Write Kubernetes objects into a manifests directory on the controller
 version_added: "1.0.0"
 description:
-  - The render of the role C(llmfleet.cluster.k8s_objects), as an action plugin: on the controller,
+  - The render of the role C(llmfleet.cluster.k8s_objects), as an action plugin. On the controller,
     with no module run per file, it makes the manifests directory O(dir) (mode C(0755)) and writes
     each entry of O(objects) to be rendered into its file, a Secret (C(secret)) with mode C(0600),
     the others C(0644). An entry's C(content) is written as given, an C(object) as C(---) and
