@@ -42,7 +42,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp  # no remote temporary directory: everything happens on the controller
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
         try:
             written = write_manifests(
                 args["objects"],

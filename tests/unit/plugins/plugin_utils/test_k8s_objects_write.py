@@ -150,13 +150,13 @@ def test_the_stale_files_of_the_pattern_go_the_kept_and_the_others_stay(tmp_path
 
 
 def test_no_secret_content_in_the_result_nor_its_diff(tmp_path: Path) -> None:
-    for _ in range(2):  # created, then changed
+    for what in ("created", "changed"):
         result = write(tmp_path, diff=True)
         flat = json.dumps(result)
         assert SECRET_VALUE not in flat
         secret_diffs = [d for d in result["diff"] if "x-01-secret.yaml" in json.dumps(d)]
         assert len(secret_diffs) == 1 and set(secret_diffs[0]) == {"prepared"}
-        assert "content not shown" in secret_diffs[0]["prepared"]
+        assert f"{what}; content not shown" in secret_diffs[0]["prepared"]
         (tmp_path / "x-01-secret.yaml").write_text(f"stringData: {{key: {SECRET_VALUE}-old}}\n")
     assert SECRET_VALUE in (tmp_path / "x-01-secret.yaml").read_text()  # it was written, all the same
 
