@@ -41,6 +41,8 @@ def _applies(task: dict) -> bool:
 
 
 def _writes_manifests(task: dict) -> bool:
+    if "llmfleet.cluster.k8s_objects_write" in task or "k8s_objects_write" in task:
+        return True
     for module in ("ansible.builtin.template", "ansible.builtin.copy"):
         args = task.get(module)
         if isinstance(args, dict) and "manifest" in str(args.get("dest", "")):

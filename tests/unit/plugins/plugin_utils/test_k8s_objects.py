@@ -7,7 +7,6 @@ import fnmatch
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.cluster.plugins.filter.k8s_objects import k8s_objects
-from ansible_collections.llmfleet.cluster.plugins.filter.k8s_stale_files import k8s_stale_files
 from ansible_collections.llmfleet.cluster.plugins.filter.llama_rpc_k8s_teardown import llama_rpc_k8s_teardown
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.k8s_objects import (
     ObjectsError,
@@ -91,9 +90,7 @@ def test_stale_files_are_the_earlier_renders_this_one_does_not_write() -> None:
         "/o/m/ns.yaml",
     ]
     assert stale_files(found, entries, "/o/m/") == ["/o/m/llama-rpc-08-daemonset-arm64.yaml", "/o/m/ns.yaml"]
-    assert k8s_stale_files(found[1:2], entries, "/o/m") == []
-    with pytest.raises(AnsibleFilterError, match="list of paths"):
-        k8s_stale_files("/o/m/x.yaml", entries, "/o/m")
+    assert stale_files(found[1:2], entries, "/o/m") == []
 
 
 def test_the_teardown_is_every_named_object_and_the_daemonsets_given() -> None:
