@@ -19,7 +19,7 @@ description:
     with no module run per file, it makes the manifests directory O(dir) (mode C(0755)) and writes
     each entry of O(objects) to be rendered into its file, a Secret (C(secret)) with mode C(0600),
     the others C(0644). An entry's C(content) is written as given, an C(object) as C(---) and
-    P(ansible.builtin.to_nice_yaml#filter) with C(indent=2), C(sort_keys=false), C(width=1000).
+    C(to_nice_yaml) with C(indent=2), C(sort_keys=false), C(width=1000).
   - A file is written only when its content or mode differs, through a temporary file in O(dir)
     and a rename, so a reader never sees half a file.
   - The files of O(dir) matching O(stale_pattern) that this call does not write and O(keep) does not
