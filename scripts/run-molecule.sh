@@ -54,16 +54,16 @@ time_actions() {
 # run_one SCENARIO STREAM: `molecule test` of one scenario, its output kept in its log (and
 # streamed when STREAM is 1); writes its summary line to $work/SCENARIO.summary.
 run_one() {
-  local s=$1 stream=$2 start result=passed
+  local s=$1 stream=$2 start secs result=passed
   start=$(date +%s)
   if [[ $stream == 1 ]]; then
     molecule test -s "$s" < /dev/null 2>&1 | time_actions "$work/$s.steps" | tee "$logs/$s.log" || result=FAILED
   else
     molecule test -s "$s" < /dev/null 2>&1 | time_actions "$work/$s.steps" > "$logs/$s.log" || result=FAILED
   fi
-  printf '%-20s %-7s %4ss  (%s)\n' "$s" "$result" "$(($(date +%s) - start))" "$(cat "$work/$s.steps")" \
-    > "$work/$s.summary"
-  echo "$result in $(($(date +%s) - start)) s" > "$work/$s.result"
+  secs=$(($(date +%s) - start))
+  printf '%-20s %-7s %4ss  (%s)\n' "$s" "$result" "$secs" "$(cat "$work/$s.steps")" > "$work/$s.summary"
+  echo "$result in $secs s" > "$work/$s.result"
   [[ $result == passed ]]
 }
 
