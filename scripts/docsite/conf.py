@@ -46,6 +46,12 @@ ANSIBLE_DOCS = "https://docs.ansible.com/projects/ansible/devel/"
 EXTERNAL_LABELS = {
     "ansible_configuration_settings": ("reference_appendices/config.html", "Ansible Configuration Settings"),
     "common_return_values": ("reference_appendices/common_return_values.html", "Return Values"),
+    # the note antsibull-docs puts on a module with an action plugin (k8s_objects_write), its seealso
+    "action_plugins": ("plugins/action.html", "Action plugins"),
+    "ansible_collections.ansible.builtin.copy_module": (
+        "collections/ansible/builtin/copy_module.html",
+        "ansible.builtin.copy",
+    ),
 }
 
 
