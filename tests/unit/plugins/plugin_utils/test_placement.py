@@ -419,6 +419,28 @@ def test_the_plan_records_the_inputs_it_was_made_from():
     assert all("usable_mib" not in h for h in recorded["hosts"])  # measurements are not inputs
 
 
+def test_the_worker_order_changes_neither_the_placement_nor_the_kept_plan():
+    lay = layout(n_layer=8, layer_mib=10)
+    lay["file_bytes"] = 123456789
+    head = host("head", 60)
+    ws = [host("a", 100, cpus=2), host("b", 130, cpus=4), host("c", 100, cpus=2), host("d", 90, cpus=1)]
+    plans = [
+        json.loads(
+            json.dumps(P.make_plan(lay, STICKY_MODEL, head, order, STICKY_OPTS, 8, "llama_cpp", "systemd"))
+        )
+        for order in (ws, ws[::-1], [ws[2], ws[0], ws[3], ws[1]])
+    ]
+    # the same --rpc order and split whatever order the workers come in ...
+    for plan in plans[1:]:
+        assert plan["llama_server_args"] == plans[0]["llama_server_args"]
+        assert plan["workers"] == plans[0]["workers"] and plan["hosts"] == plans[0]["hosts"]
+    # ... planned_with records them in the order given (the role gives the inventory's) ...
+    assert [h["name"] for h in plans[1]["planned_with"]["hosts"]] == ["head", "d", "c", "b", "a"]
+    # ... and a plan recorded in another order stands for the same hosts (compared by name)
+    verdict = keep(plans[1], lay, head, ws)
+    assert verdict["keep"], verdict["reasons"]
+
+
 def test_a_plan_that_still_fits_is_kept_when_memory_moves():
     lay, previous = sticky_plan()
     # every host measures a few MiB less on the second run: a fresh plan would differ ...
