@@ -47,7 +47,8 @@ sys.path.insert(0, os.path.join(CACHE, "collections"))
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import Figures, estimate
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile as prof
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import Figures, estimate, figures_of
 
 PLAN_FILE = "/etc/llmfleet/plan.json"
 UNIT = "llmfleet-llama-server.service"
@@ -140,42 +141,25 @@ def strip_split(args: list[str]) -> list[str]:
     return out
 
 
-def figures_from_plans(plans: list[dict]) -> dict[str, Figures]:
-    """The figures each plan's prediction used (speed.hosts and speed.links)."""
-    figs: dict[str, Figures] = {}
-    for plan in plans:
-        speed = plan.get("speed") or {}
-        links = {link["name"]: link for link in speed.get("links") or []}
-        for h in speed.get("hosts") or []:
-            link = links.get(h["name"]) or {}
-            cpu_ms = (
-                h["cap_ms"]
-                * h["cpu_quota"]
-                / max(h["layers"] + (h.get("output_layer_equivalents") or 0), 1e-9)
-                if h.get("cap_ms")
-                else None
-            )
-            figs[h["name"]] = Figures(
-                h["ms_per_layer"], link.get("rtt_ms"), link.get("mbit_s"), h.get("cpu_quota"), cpu_ms
-            )
-    return figs
-
-
-def figures_from_profile(profile: dict) -> dict[str, Figures]:
-    """Every measured host's figures in profile.json (a host neither plan uses has them too)."""
-    figs: dict[str, Figures] = {}
-    for name, entry in (profile.get("hosts") or {}).items():
-        compute, link = entry.get("compute") or {}, entry.get("link") or {}
-        if "ms_per_layer" in compute:
-            quota = compute.get("cpu_quota")
-            figs[name] = Figures(
-                compute["ms_per_layer"],
-                link.get("rtt_ms"),
-                link.get("mbit_s"),
-                quota,
-                compute.get("cpu_ms_per_layer") if quota else None,
-            )
-    return figs
+def figures_from_profile(profile: dict, head: str, workers: list[str]) -> dict[str, Figures]:
+    """Every host's figures as the plan role gets them from profile.json (profile.speeds: the
+    output layer measured or priced by the measured ratio, the head's token_ms), including a
+    host neither plan uses."""
+    got = prof.speeds(
+        [head, *workers],
+        head,
+        profile,
+        {},
+        {},
+        profile.get("build") or "",
+        (profile.get("model") or {}).get("sha256"),
+    )
+    for line in got["remeasure"]:
+        print("  " + line, flush=True)
+    return {
+        name: figures_of({"name": name, "speed": d}, "head" if name == head else "worker")
+        for name, d in got["speed"].items()
+    }
 
 
 def default_split_prediction(layout: dict, plan: dict, head: str, workers: list[str], figs: dict) -> dict:
@@ -389,8 +373,7 @@ def main() -> int:
             )
         )
         layout = layout.to_dict()
-        figs = figures_from_profile(profile)
-        figs.update(figures_from_plans([plans["memory"], plans["speed"]]))
+        figs = figures_from_profile(profile, head_name, workers)
         predicted = {
             "default": default_split_prediction(layout, default, head_name, workers, figs),
             "memory": plans["memory"].get("speed") or {},

@@ -15,6 +15,10 @@ description:
     time, over the CPUs it could use at once, over the tokens and the host's layers - the output
     layer counted by its weight), adds the link probe's figures, and returns the new profile with
     each host's fingerprint, the llama.cpp build, the model's sha256 and when it was measured.
+  - With O(moved) (a second request through the same placement with the output layer moved),
+    the output layer's cost is measured apart on the hosts it moved between, a worker's layers are
+    priced from a request in which it held no output layer, and the head gets C(token_ms): what
+    the request's time per token has beyond the time model's other terms (docs/profile.md).
   - What could not be measured is kept as C(not_measured) sentences naming the host. A zero,
     negative, non-finite figure or a 0 Mbit link fails the filter naming the host.
   - The logic lives in C(plugins/plugin_utils/profile.py).
@@ -41,6 +45,12 @@ options:
     required: true
   links:
     description: Host name -> the M(llmfleet.cluster.link_probe) result.
+    type: dict
+    default: {}
+  moved:
+    description:
+      - The second measuring request - C(plan) (the placement with the output layer moved),
+        C(samples) (host -> samples, as O(_input)) and C(timings). Empty - one request only.
     type: dict
     default: {}
   previous:
@@ -80,15 +90,26 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import (
     ProfileError,
     build_profile,
-    compute_figures,
+    measure,
 )
 
 
-def profile_build(samples, plan, timings, facts, units, build, model, now, links=None, previous=None):
+def profile_build(
+    samples, plan, timings, facts, units, build, model, now, links=None, previous=None, moved=None
+):
     try:
-        figures = compute_figures(plan, samples or {}, timings or {}, facts or {}, units or {})
+        got = measure(
+            plan, samples or {}, timings or {}, facts or {}, units or {}, links or {}, moved or None
+        )
         return build_profile(
-            previous or None, str(build), model or {}, facts or {}, figures, links or {}, str(now)
+            previous or None,
+            str(build),
+            model or {},
+            facts or {},
+            got["hosts"],
+            links or {},
+            str(now),
+            {"output_layers": got["output_layers"], "token": got["token"]},
         )
     except ProfileError as err:
         raise AnsibleFilterError("profile_build: %s" % err) from err

@@ -31,12 +31,29 @@ options:
     description: Repeating layers each added worker gets.
     type: int
     default: 2
+  request:
+    description:
+      - C(0) the measuring placement as above; C(1) the first of the two measuring requests (the
+        output layer on the head, moved there when the head can take it); C(2) the second (the
+        output layer on a worker, one without a CPU quota first), an empty dict when the memory
+        figures of the plan fit the output layer on one side only (docs/profile.md).
+    type: int
+    default: 0
+    choices: [0, 1, 2]
+  quotas:
+    description: Host name -> its CPU quota in CPUs (C(llmfleet_host.cpu_quota)), for O(request=2).
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
 - name: Make the measuring placement
   ansible.builtin.set_fact:
     measuring: "{{ llmfleet_plan | llmfleet.cluster.profile_measuring_plan(add=['wifi']) }}"
+
+- name: The second measuring request's placement (empty when the output layer fits on one side only)
+  ansible.builtin.set_fact:
+    moved: "{{ llmfleet_plan | llmfleet.cluster.profile_measuring_plan(add=['wifi'], request=2) }}"
 """
 
 RETURN = r"""
@@ -49,13 +66,20 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import (
     MEASURE_LAYERS,
     ProfileError,
+    measuring_pair,
     measuring_plan,
 )
 
 
-def profile_measuring_plan(plan, add=None, layers_each=MEASURE_LAYERS):
+def profile_measuring_plan(plan, add=None, layers_each=MEASURE_LAYERS, request=0, quotas=None):
     try:
-        return measuring_plan(plan or {}, [str(a) for a in add or []], int(layers_each))
+        measuring = measuring_plan(plan or {}, [str(a) for a in add or []], int(layers_each))
+        if int(request) == 0:
+            return measuring
+        if int(request) not in (1, 2):
+            raise ProfileError("request must be 0, 1 or 2, got %r" % (request,))
+        pair = measuring_pair(measuring, quotas or {})
+        return pair[int(request) - 1] or {}
     except ProfileError as err:
         raise AnsibleFilterError("profile_measuring_plan: %s" % err) from err
     except (TypeError, ValueError, AttributeError) as err:

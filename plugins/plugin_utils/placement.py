@@ -443,6 +443,20 @@ def fallback_plans(
     return out
 
 
+def output_facts(layout: Dict[str, Any], options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The model's width and, from the memory model, what a worker needs to hold the output layer:
+    its weights (``output_mib``), the largest tensor it loads (``output_largest_mib``), and the
+    compute every host adds when llama.cpp turns on pipeline parallelism (``pipeline_extra_mib``)."""
+    model = Model.from_layout(layout)
+    opts = Options(**check_options(options or {}))
+    return {
+        "n_embd": model.n_embd,
+        "output_mib": round((model.output_bytes + model.output_norm_bytes) / MIB, 3),
+        "output_largest_mib": round(model.output_bytes / MIB, 3),
+        "pipeline_extra_mib": round(_pp_extra(model, opts, True) / MIB, 3),
+    }
+
+
 def _basename(path: Optional[str]) -> Optional[str]:
     if not path:
         return None
@@ -497,6 +511,10 @@ def make_plan(
             "architecture": str(layout.get("architecture") or ""),
         },
     }
+    if backend == "llama_cpp":
+        # what playbooks/profile.yml needs to move the output layer in its measuring placement
+        # (profile.output_moved) and to price an activation row: from the memory model, once
+        plan["model"].update(output_facts(layout, options))
     for key, value in body.items():
         if key not in plan:
             plan[key] = value

@@ -28,6 +28,10 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import
 
 __metaclass__ = type
 
+# llama-server's tensor override that keeps the output layer (a tied one is token_embd) on the
+# head's CPU
+OUTPUT_ON_HEAD_ARGS = ("-ot", r"^(output|token_embd)\.weight$=CPU")
+
 
 def _rows(
     head: Host,
@@ -127,7 +131,7 @@ def llama_args(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:
         verify_split(ts, slot_counts, n, ngl)
         args += ["--rpc", rpc, "--tensor-split", ts, "-ngl", str(ngl), "-sm", "layer"]
         if p.output_on_head:
-            args += ["-ot", r"^(output|token_embd)\.weight$=CPU"]
+            args += list(OUTPUT_ON_HEAD_ARGS)
     else:
         args += ["-ngl", "0"]
     args += ["-c", str(opts.context), "-np", str(opts.parallel)]

@@ -22,13 +22,21 @@ from __future__ import annotations
 
 import copy
 import math
+from types import SimpleNamespace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-PROFILE_VERSION = 1
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render import OUTPUT_ON_HEAD_ARGS
+
+# 2: the output layer measured apart (output_ms, output_cpu_ms), the head's token_ms; a version 1
+# profile priced every layer of the output layer's holder by weight: its hosts are re-measured
+PROFILE_VERSION = 2
 REMEASURE_HINT = "re-measure with playbooks/profile.yml"
 # Sane upper bounds: above these a figure is a unit mistake, not a slow machine.
 LIMITS = {
     "ms_per_layer": 60000.0,
+    "output_ms": 60000.0,
+    "output_cpu_ms": 60000.0,
+    "token_ms": 60000.0,
     "cpu_ms_per_layer": 60000.0,
     "cpu_quota": 4096.0,
     "rtt_ms": 60000.0,
@@ -36,6 +44,8 @@ LIMITS = {
 }
 # The compute figures that go into the planner's speed dict besides ms_per_layer (when present).
 QUOTA_KEYS = ("cpu_quota", "cpu_ms_per_layer")
+OUTPUT_KEYS = ("output_ms", "output_cpu_ms", "token_ms")
+SPEED_FIGURE_KEYS = ("ms_per_layer", *QUOTA_KEYS, *OUTPUT_KEYS)
 # What identifies a host's hardware: when any of these changes, its figures are stale.
 FINGERPRINT_KEYS = (
     "arch",
@@ -142,34 +152,32 @@ def _layer_equivalents(plan_hosts: Sequence[Mapping[str, Any]], tied_output: boo
     return out
 
 
-def compute_figures(
+def request_costs(
     plan: Mapping[str, Any],
     samples: Mapping[str, Sequence[Mapping[str, Any]]],
     timings: Mapping[str, Any],
     facts: Mapping[str, Mapping[str, Any]],
     units: Mapping[str, str],
 ) -> Dict[str, Dict[str, Any]]:
-    """Each planned host's ms per layer per token from one measured request.
+    """Each planned host's CPU ms per generated token during one measured request.
 
     ``samples``: host -> the verify role's three ``host_usage`` samples (before and after the
     idle window, after the request). ``timings``: llama-server's ``timings`` of that request
     (``prompt_ms``, ``predicted_ms``, ``predicted_n``). ``facts``: host -> ``llmfleet_host``.
 
-    The unit's CPU seconds during the request, times the decode share of the request's time
-    (predicted_ms over prompt_ms + predicted_ms), over the tokens and the host's layer
-    equivalents, is ``cpu_ms_per_layer``; over the CPUs its threads run on at once (min(threads,
-    the CPU count)) it is ``ms_per_layer``, the unthrottled time. A CFS quota is not divided in:
-    it is recorded as ``cpu_quota`` and the time model caps the rate with it (a host that used
-    1.4 % of a CPU under a 0.25 quota was never throttled: its time is its CPU time). A host whose
+    Per host: ``cpu_ms`` = the unit's CPU seconds during the request x the decode share of the
+    request's time (predicted_ms over prompt_ms + predicted_ms) x 1000 / the tokens, with its
+    ``layers`` (repeating layers held), ``output`` (holds the output layer), ``parallel`` (the
+    CPUs its threads run on at once: min(threads, the CPU count)) and ``cpu_quota``; a host whose
     figure cannot be made gets ``reason`` ("not measured: <host>: <why>") instead.
     """
     tokens = timings.get("predicted_n")
     predicted_ms = timings.get("predicted_ms")
     prompt_ms = timings.get("prompt_ms") or 0.0
-    plan_hosts = [h for h in plan.get("hosts") or [] if isinstance(h, dict)]
-    equivalents = _layer_equivalents(plan_hosts, bool((plan.get("model") or {}).get("tied_output", True)))
     out: Dict[str, Dict[str, Any]] = {}
-    for h in plan_hosts:
+    for h in plan.get("hosts") or []:
+        if not isinstance(h, dict):
+            continue
         name = str(h.get("name"))
         role = str(h.get("role"))
         unit = units.get(role, "")
@@ -177,8 +185,10 @@ def compute_figures(
         def fail(why: str, name: str = name) -> None:
             out[name] = {"reason": "not measured: %s: %s" % (name, why)}
 
-        layers = equivalents.get(name, 0.0)
-        if layers <= 0:
+        first, last = (h.get("layers") or [0, 0])[:2]
+        layers = max(0, int(last) - int(first))
+        if layers <= 0 and not h.get("output_layer") and role != "head":
+            # (the head works every token: its CPU is measured even without layers)
             fail("holds no layers in the plan")
             continue
         if not isinstance(tokens, (int, float)) or tokens < MIN_TOKENS:
@@ -221,19 +231,335 @@ def compute_figures(
         cpus = float(fact.get("cpus") or 1)
         parallel = min(float(threads), cpus) if isinstance(threads, (int, float)) and threads > 0 else cpus
         decode_share = float(predicted_ms) / (float(predicted_ms) + float(prompt_ms))
-        cpu_ms = cpu * decode_share * 1000.0 / float(tokens) / layers
         out[name] = {
-            "ms_per_layer": round(cpu_ms / parallel, 4),
-            "cpu_ms_per_layer": round(cpu_ms, 4),
-            "cpu_quota": quota,
+            "role": role,
+            "layers": layers,
+            "output": bool(h.get("output_layer")),
+            "cpu_ms": cpu * decode_share * 1000.0 / float(tokens),
             "cpu_seconds": round(cpu, 4),
             "tokens": int(tokens),
-            "layer_equivalents": round(layers, 3),
-            "parallel_cpus": round(parallel, 3),
+            "cpu_quota": quota,
+            "parallel": parallel,
             "threads": int(threads) if isinstance(threads, (int, float)) and threads > 0 else None,
             "decode_share": round(decode_share, 4),
         }
     return out
+
+
+def compute_figures(
+    plan: Mapping[str, Any],
+    samples: Mapping[str, Sequence[Mapping[str, Any]]],
+    timings: Mapping[str, Any],
+    facts: Mapping[str, Mapping[str, Any]],
+    units: Mapping[str, str],
+) -> Dict[str, Dict[str, Any]]:
+    """Each planned host's ms per layer per token from ONE measured request (no second request
+    with the output layer moved: :func:`output_apart` does better when there is one).
+
+    The CPU ms per token of :func:`request_costs` over the host's layer equivalents is
+    ``cpu_ms_per_layer``; over the CPUs its threads run on at once it is ``ms_per_layer``, the
+    unthrottled time. A CFS quota is not divided in: it is recorded as ``cpu_quota`` and the
+    time model caps the rate with it (a host that used 1.4 % of a CPU under a 0.25 quota was never
+    throttled: its time is its CPU time). The output layer's holder counts it by its weight in
+    layers (:func:`_layer_equivalents`).
+    """
+    plan_hosts = [h for h in plan.get("hosts") or [] if isinstance(h, dict)]
+    equivalents = _layer_equivalents(plan_hosts, bool((plan.get("model") or {}).get("tied_output", True)))
+    costs = request_costs(plan, samples, timings, facts, units)
+    out: Dict[str, Dict[str, Any]] = {}
+    for name, got in costs.items():
+        layers = equivalents.get(name, 0.0)
+        if layers <= 0:
+            out[name] = {"reason": "not measured: %s: holds no layers in the plan" % name}
+            continue
+        if "reason" in got:
+            out[name] = got
+            continue
+        cpu_ms = got["cpu_ms"] / layers
+        out[name] = _figure(got, cpu_ms, layers)
+    return out
+
+
+def _figure(got: Mapping[str, Any], cpu_ms: float, layers: float) -> Dict[str, Any]:
+    return {
+        "ms_per_layer": round(cpu_ms / got["parallel"], 4),
+        "cpu_ms_per_layer": round(cpu_ms, 4),
+        "cpu_quota": got["cpu_quota"],
+        "cpu_seconds": got["cpu_seconds"],
+        "tokens": got["tokens"],
+        "layer_equivalents": round(layers, 3),
+        "parallel_cpus": round(got["parallel"], 3),
+        "threads": got["threads"],
+        "decode_share": got["decode_share"],
+    }
+
+
+def output_apart(
+    first: Mapping[str, Mapping[str, Any]],
+    second: Mapping[str, Mapping[str, Any]],
+) -> Tuple[Dict[str, Dict[str, Any]], Optional[float]]:
+    """Each worker's figures from two requests that differ only in where the output layer is.
+
+    ``first``, ``second``: :func:`request_costs` of the two measuring placements
+    (:func:`measuring_pair`). On the worker that holds the output layer in one request and not
+    in the other, ``output_cpu_ms`` = its CPU ms per token with it - without it (its repeating
+    layers are the same in both: everything else it does per token cancels). A worker's
+    ``cpu_ms_per_layer`` comes from a request in which it holds repeating layers and no output
+    layer. The head is not priced from its CPU seconds here (llama-server's threads wait on the
+    workers, and what they burn waiting is not its work): :func:`head_figures` prices it from
+    the requests' wall time.
+
+    Returns (host -> figures or ``reason``, for the workers; the output layer's measured cost in
+    that worker's repeating layers, None when no worker gave it).
+    """
+    out: Dict[str, Dict[str, Any]] = {}
+    per_layer: Dict[str, float] = {}
+    for name in sorted(set(first) | set(second)):
+        a, b = first.get(name) or {}, second.get(name) or {}
+        if (a.get("role") or b.get("role")) != "worker":
+            continue
+        plain = [r for r in (a, b) if "cpu_ms" in r and r["layers"] > 0 and not r["output"]]
+        if plain:
+            best = max(plain, key=lambda r: r["layers"])
+            per_layer[name] = best["cpu_ms"] / best["layers"]
+            out[name] = _figure(best, per_layer[name], float(best["layers"]))
+        else:
+            why = [r["reason"] for r in (a, b) if "reason" in r]
+            out[name] = {
+                "reason": why[0]
+                if why
+                else "not measured: %s: it held no repeating layer without the output layer" % name
+            }
+    ratio = None
+    for name in sorted(set(first) & set(second)):
+        a, b = first[name], second[name]
+        if name not in per_layer or "cpu_ms" not in a or "cpu_ms" not in b or a["output"] == b["output"]:
+            continue
+        with_it, without = (a, b) if a["output"] else (b, a)
+        cost = (
+            with_it["cpu_ms"] - without["cpu_ms"] - (with_it["layers"] - without["layers"]) * per_layer[name]
+        )
+        if cost * with_it["tokens"] / 1000.0 < MIN_CPU_SECONDS:
+            out[name]["output_reason"] = (
+                "not measured: %s: the output layer added %.3f CPU ms a token (%.3f with it, %.3f without)"
+                % (name, cost, with_it["cpu_ms"], without["cpu_ms"])
+            )
+            continue
+        out[name]["output_cpu_ms"] = round(cost, 4)
+        out[name]["output_ms"] = round(cost / with_it["parallel"], 4)
+        ratio = cost / per_layer[name]
+    return out, (round(ratio, 3) if ratio is not None else None)
+
+
+def _placement_of(plan: Mapping[str, Any]) -> Tuple[str, List[str], int, List[int], bool]:
+    """(head, workers in --rpc order, head layers, worker layers, output on the head) of a plan."""
+    hosts = [h for h in plan.get("hosts") or [] if isinstance(h, dict)]
+    used = set(plan.get("workers") or [])
+    head = next(h for h in hosts if h.get("role") == "head")
+    workers = [h for h in hosts if h.get("role") == "worker" and h.get("name") in used]
+
+    def count(h: Mapping[str, Any]) -> int:
+        first, last = (h.get("layers") or [0, 0])[:2]
+        return max(0, int(last) - int(first))
+
+    on_head = bool(head.get("output_layer")) or not any(w.get("output_layer") for w in workers)
+    return (
+        str(head["name"]),
+        [str(w["name"]) for w in workers],
+        count(head),
+        [count(w) for w in workers],
+        on_head,
+    )
+
+
+def predict_request(plan: Mapping[str, Any], figures: Mapping[str, Mapping[str, Any]]) -> Optional[Any]:
+    """speed.estimate of the placement a plan serves, with these figures (``figures``: host ->
+    the planner's speed dict; a head without one counts nothing), or None when a worker it uses
+    has none."""
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed
+
+    head, workers, head_layers, worker_layers, on_head = _placement_of(plan)
+    model = plan.get("model") or {}
+    view = SimpleNamespace(
+        n_embd=int(model.get("n_embd") or 0),
+        n_vocab=int(model.get("n_vocab") or 0),
+        layer_bytes=(),
+        output_bytes=0,
+    )
+    figs = {}
+    for name in [head, *workers]:
+        given = dict(figures.get(name) or {})
+        if name == head:
+            given = {k: v for k, v in given.items() if k not in ("rtt_ms", "mbit_s")}
+            if not given:
+                # the head unpriced: nothing of its own in the chain (what head_figures measures)
+                given = {"ms_per_layer": 1e-9, "output_ms": 1e-9}
+        try:
+            got = speed.figures_of(dict(name=name, speed=given), "head" if name == head else "worker")
+        except ValueError:
+            return None  # a link not measured: no prediction
+        if got is None:
+            return None
+        figs[name] = got
+    return speed.estimate(
+        view,
+        SimpleNamespace(name=head),
+        [SimpleNamespace(name=w) for w in workers],
+        head_layers,
+        worker_layers,
+        on_head,
+        figs,
+    )
+
+
+def _speed_dict(figures: Mapping[str, Any], link: Mapping[str, Any]) -> Dict[str, float]:
+    out = {k: float(figures[k]) for k in SPEED_FIGURE_KEYS if figures.get(k) is not None}
+    for key in ("rtt_ms", "mbit_s"):
+        if link.get(key) is not None:
+            out[key] = float(link[key])
+    return out
+
+
+def head_figures(
+    requests: Sequence[Tuple[Mapping[str, Any], Mapping[str, Any]]],
+    workers: Mapping[str, Mapping[str, Any]],
+    links: Mapping[str, Mapping[str, Any]],
+    ratio: Optional[float],
+) -> Dict[str, Any]:
+    """The head's figures from the requests' wall time: each request's measured ms per token
+    less every worker's terms (their layers and output layer, their links: the time model with
+    the workers' figures) is the head's part of a token (its ``residual``). A request bound by a
+    worker's CPU quota gives none (its time is the quota's).
+
+    With a residual with the output layer on the head (``on``) and one with it on a worker
+    (``off``): the output layer's time on the head ``output_ms`` = on - off; the head's layers at
+    the output layer's measured ratio (``ms_per_layer`` = output_ms / ``ratio``); ``token_ms`` =
+    off - the head's layers. With one residual only, or no ratio, the head's layers are priced
+    like the median worker's (and its output layer at ``ratio`` of them, or by weight).
+
+    Returns ``figures`` (the head's speed figures, or None), ``residuals``, ``reason`` and
+    ``check``: the time model (with these figures) against each request.
+    """
+    speed_of = {
+        name: _speed_dict(fig, links.get(name) or {})
+        for name, fig in workers.items()
+        if "ms_per_layer" in fig
+    }
+    residuals: Dict[str, Any] = {}
+    layers = 0
+    for i, (plan, timings) in enumerate(requests):
+        n, ms = timings.get("predicted_n"), timings.get("predicted_ms")
+        if not isinstance(n, (int, float)) or n < MIN_TOKENS or not isinstance(ms, (int, float)) or ms <= 0:
+            continue
+        est = predict_request(plan, speed_of)
+        if est is None or (est.capped is not None and est.capped["cap_ms"] > est.chain_ms):
+            continue
+        _head, _workers, layers, _counts, on_head = _placement_of(plan)
+        key = "on" if on_head else "off"
+        residuals.setdefault(key, {"request": i, "ms": round(float(ms) / float(n) - est.chain_ms, 3)})
+    result: Dict[str, Any] = {"figures": None, "residuals": residuals, "reason": None, "check": []}
+    if not residuals:
+        result["reason"] = "no measuring request was bound by the chain (each by a CPU quota, or failed)"
+        return result
+    medians = sorted(float(f["ms_per_layer"]) for f in workers.values() if "ms_per_layer" in f)
+    median = medians[len(medians) // 2] if medians else None
+    figs: Dict[str, float] = {}
+    if "on" in residuals and "off" in residuals and ratio:
+        output = residuals["on"]["ms"] - residuals["off"]["ms"]
+        if output > 0:
+            figs = {"output_ms": output, "ms_per_layer": output / ratio}
+        else:
+            result["reason"] = (
+                "the output layer on the head measured %.3f ms a token: priced like a worker" % output
+            )
+    if not figs:
+        if median is None:
+            result["reason"] = "no worker figure to price the head's layers"
+            return result
+        figs = {"ms_per_layer": median}
+        if ratio:
+            figs["output_ms"] = ratio * median
+    base = residuals.get("off") or residuals["on"]
+    token = (
+        base["ms"]
+        - layers * figs["ms_per_layer"]
+        - (figs.get("output_ms", 0.0) if "off" not in residuals else 0.0)
+    )
+    if token > 0:
+        figs["token_ms"] = token
+    result["figures"] = {k: round(v, 4) for k, v in figs.items()}
+    for i, (plan, timings) in enumerate(requests):
+        n, ms = timings.get("predicted_n"), timings.get("predicted_ms")
+        if not isinstance(n, (int, float)) or n < MIN_TOKENS or not ms:
+            continue
+        _head = _placement_of(plan)[0]
+        est = predict_request(plan, dict(speed_of, **{_head: result["figures"]}))
+        if est is None:
+            continue
+        measured = float(ms) / float(n)
+        result["check"].append(
+            {
+                "request": i,
+                "predicted_ms_per_token": round(est.ms_per_token, 3),
+                "measured_ms_per_token": round(measured, 3),
+                "error_pct": round(100.0 * (est.ms_per_token - measured) / measured, 1),
+                "bound_by": "quota"
+                if est.capped is not None and est.capped["cap_ms"] > est.chain_ms
+                else "chain",
+            }
+        )
+    return result
+
+
+def measure(
+    plan: Mapping[str, Any],
+    samples: Mapping[str, Sequence[Mapping[str, Any]]],
+    timings: Mapping[str, Any],
+    facts: Mapping[str, Mapping[str, Any]],
+    units: Mapping[str, str],
+    links: Mapping[str, Mapping[str, Any]],
+    moved: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Every host's compute figures from the measuring request and, when there was one, the
+    second request with the output layer moved (``moved``: its ``plan``, ``samples``,
+    ``timings``): host -> figures or ``reason`` (the head's from :func:`head_figures`, with
+    ``token_ms``), and ``output_layers`` and ``token`` (how the head was priced) for the profile.
+    Without a usable second request, every host's figure is the first request's CPU seconds over
+    its layers, the output layer counted by its weight (:func:`compute_figures`)."""
+    single = compute_figures(plan, samples, timings, facts, units)
+    if not (moved and moved.get("plan")):
+        return {"hosts": single, "output_layers": None, "token": None}
+    first = request_costs(plan, samples, timings, facts, units)
+    second = request_costs(
+        moved["plan"], moved.get("samples") or {}, moved.get("timings") or {}, facts, units
+    )
+    workers, ratio = output_apart(first, second)
+    figures: Dict[str, Dict[str, Any]] = {}
+    for name, fig in single.items():
+        got = workers.get(name)
+        if got is None:
+            figures[name] = fig  # the head, for now
+        elif "reason" in got and "ms_per_layer" in fig:
+            # the second request gave nothing for this worker: the first request's figure, its
+            # output layer (if it held it) priced by weight
+            figures[name] = dict(fig, output_reason=got["reason"])
+        else:
+            figures[name] = got
+    head = next((str(h.get("name")) for h in plan.get("hosts") or [] if h.get("role") == "head"), None)
+    priced = head_figures(
+        [(plan, timings), (moved["plan"], moved.get("timings") or {})],
+        {k: v for k, v in figures.items() if k != head},
+        links,
+        ratio,
+    )
+    if head is not None and priced["figures"]:
+        kept = {
+            k: v for k, v in (first.get(head) or {}).items() if k in ("cpu_seconds", "tokens", "decode_share")
+        }
+        figures[head] = dict(kept, priced_by="wall time", **priced["figures"])
+    token = {k: priced[k] for k in ("residuals", "reason", "check")}
+    token["token_ms"] = (priced["figures"] or {}).get("token_ms")
+    return {"hosts": figures, "output_layers": ratio, "token": token}
 
 
 # --------------------------------------------------------------------------- the profile
@@ -247,8 +573,12 @@ def build_profile(
     compute: Mapping[str, Mapping[str, Any]],
     links: Mapping[str, Mapping[str, Any]],
     now: str,
+    fleet: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """profile.json after one measuring run.
+
+    ``fleet``: :func:`measure`'s ``output_layers`` and ``token`` (written as they are; the
+    previous profile's ``output_layers`` is kept when this run could not make one).
 
     Hosts measured now get their fingerprint, the figures that were made and ``measured_at``;
     what could not be measured is kept in ``not_measured`` (each reason names the host). The
@@ -258,7 +588,13 @@ def build_profile(
     """
     sha = model.get("sha256")
     hosts: Dict[str, Any] = {}
-    if previous and previous.get("build") == build and (previous.get("model") or {}).get("sha256") == sha:
+    same = bool(
+        previous
+        and previous.get("version") == PROFILE_VERSION
+        and previous.get("build") == build
+        and (previous.get("model") or {}).get("sha256") == sha
+    )
+    if previous and same:
         hosts.update({k: dict(v) for k, v in (previous.get("hosts") or {}).items() if isinstance(v, dict)})
     for name in sorted(set(compute) | set(links)):
         fact = facts.get(name)
@@ -274,10 +610,13 @@ def build_profile(
         figures = compute.get(name) or {}
         if "ms_per_layer" in figures:
             check_figure(name, "ms_per_layer", figures["ms_per_layer"], "the measured request")
-            for key in QUOTA_KEYS:
+            for key in (*QUOTA_KEYS, *OUTPUT_KEYS):
                 if figures.get(key) is not None:
                     check_figure(name, key, figures[key], "the measured request")
-            entry["compute"] = dict(figures, measured_at=now)
+            entry["compute"] = {k: v for k, v in figures.items() if k != "output_reason"}
+            entry["compute"]["measured_at"] = now
+            if figures.get("output_reason"):
+                entry["not_measured"].append(figures["output_reason"])
         elif figures.get("reason"):
             entry["not_measured"].append(figures["reason"])
         link = links.get(name) or {}
@@ -293,11 +632,19 @@ def build_profile(
         elif link.get("reason"):
             entry["not_measured"].append(link["reason"])
         hosts[name] = entry
+    fleet = fleet or {}
+    ratio = fleet.get("output_layers")
+    if ratio is not None:
+        check_figure("the fleet", "output_layers", ratio, "the two measuring requests")
+    elif previous and same:
+        ratio = previous.get("output_layers")
     return {
         "version": PROFILE_VERSION,
         "measured_at": now,
         "build": build,
         "model": {"name": model.get("name"), "sha256": sha},
+        "output_layers": ratio,
+        "token": fleet.get("token"),
         "hosts": hosts,
     }
 
@@ -316,8 +663,12 @@ def _profile_staleness(profile: Mapping[str, Any], build: str, model_sha256: Opt
     return None
 
 
-def _figures(name: str, entry: Mapping[str, Any], is_head: bool) -> Tuple[Dict[str, float], List[str]]:
-    """The speed dict of one profile entry, or the reasons it cannot be used."""
+def _figures(
+    name: str, entry: Mapping[str, Any], is_head: bool, ratio: Optional[float] = None
+) -> Tuple[Dict[str, float], List[str]]:
+    """The speed dict of one profile entry, or the reasons it cannot be used. ``ratio``: the
+    profile's ``output_layers`` (the output layer's measured cost in repeating layers), which
+    prices the output layer on a host where it was not measured."""
     speed: Dict[str, float] = {}
     problems: List[str] = []
     compute = entry.get("compute") or {}
@@ -330,7 +681,7 @@ def _figures(name: str, entry: Mapping[str, Any], is_head: bool) -> Tuple[Dict[s
                 name, "ms_per_layer", compute["ms_per_layer"], "profile.json"
             )
             quota = (entry.get("fingerprint") or {}).get("cpu_quota")
-            if "cpu_ms_per_layer" not in compute and quota:
+            if "cpu_ms_per_layer" not in compute and quota and compute.get("priced_by") != "wall time":
                 # written before the quota was a cap: its ms_per_layer is CPU time over the quota
                 problems.append(
                     "compute figure measured before the CPU quota %s was a cap (no cpu_ms_per_layer)" % quota
@@ -339,6 +690,17 @@ def _figures(name: str, entry: Mapping[str, Any], is_head: bool) -> Tuple[Dict[s
                 for key in QUOTA_KEYS:
                     if compute.get(key) is not None:
                         speed[key] = check_figure(name, key, compute[key], "profile.json")
+            for key in OUTPUT_KEYS if is_head else OUTPUT_KEYS[:2]:
+                if compute.get(key) is not None:
+                    speed[key] = check_figure(name, key, compute[key], "profile.json")
+            if "output_ms" not in speed and ratio is not None:
+                # not measured here: the output layer's measured cost in layers at this host's figure
+                speed["output_ms"] = round(ratio * speed["ms_per_layer"], 4)
+                cpu = compute.get("cpu_ms_per_layer")
+                if cpu is not None:
+                    speed["output_cpu_ms"] = round(
+                        ratio * check_figure(name, "cpu_ms_per_layer", cpu, "profile.json"), 4
+                    )
         if not is_head:
             if not link:
                 problems.append("no link figures")
@@ -392,6 +754,13 @@ def speeds(
                 for key in QUOTA_KEYS:
                     if figures.get(key) is not None:
                         speed[key] = check_figure(name, key, figures[key], "llmfleet_profile")
+            for key in OUTPUT_KEYS if is_head else OUTPUT_KEYS[:2]:
+                if figures.get(key) is not None:
+                    speed[key] = check_figure(name, key, figures[key], "llmfleet_profile")
+            if not is_head and figures.get("token_ms") is not None:
+                raise ProfileError(
+                    "%s: llmfleet_profile token_ms is the head's figure, not a worker's" % name
+                )
             out[name], source[name] = speed, "inventory"
             continue
         if not profile:
@@ -411,7 +780,15 @@ def speeds(
                 % (name, "; ".join(changes), REMEASURE_HINT)
             )
             continue
-        speed, problems = _figures(name, entry, is_head)
+        ratio = profile.get("output_layers")
+        try:
+            ratio = check_figure(name, "output_layers", ratio, "profile.json") if ratio is not None else None
+        except ProfileError as err:
+            remeasure.append(
+                "%s: figures not used (%s): %s" % (name, str(err).split(": ", 1)[1], REMEASURE_HINT)
+            )
+            continue
+        speed, problems = _figures(name, entry, is_head, ratio)
         if problems:
             remeasure.append("%s: figures not used (%s): %s" % (name, "; ".join(problems), REMEASURE_HINT))
             continue
@@ -422,6 +799,8 @@ def speeds(
 # --------------------------------------------------------------------------- measuring placement
 
 MEASURE_LAYERS = 2
+# the margin a worker holding the output layer alone keeps when it is given repeating layers
+TOP_UP_MIB = 8.0
 # Split options the measuring placement rewrites (and llama-server's polling level).
 _SPLIT_OPTIONS = {"--rpc": "rpc", "--tensor-split": "ts", "-ts": "ts", "-ngl": "ngl", "--n-gpu-layers": "ngl"}
 _POLL_OPTIONS = ("--poll", "--poll-batch")
@@ -528,6 +907,45 @@ def measuring_plan(
                 "measuring": True,
             }
         )
+    # a worker that holds the output layer alone gets repeating layers too (its layers are priced
+    # from a request without the output layer, output_apart), when its headroom takes them
+    # (each layer's weights and about as much KV, and the compute of a worker with layers)
+    plain = [(d, c) for d, c, o in zip(devices, counts, outputs) if c and not o and d.get("predicted_mib")]
+    topped: Dict[str, Dict[str, float]] = {}
+    for i, d in enumerate(devices):
+        if counts[i] or not outputs[i] or not plain:
+            continue
+        # the memory model's shape (weights + process + max(kv + compute, the largest tensor)):
+        # the layers' weights, their KV at a plain worker's rate and a plain worker's compute
+        mib = d.get("predicted_mib") or {}
+        ref, ref_count = plain[0]
+        ref_mib = ref.get("predicted_mib") or {}
+        kv = float(mib.get("kv") or 0.0) + layers_each * float(ref_mib.get("kv") or 0.0) / ref_count
+        compute = max(float(mib.get("compute") or 0.0), float(ref_mib.get("compute") or 0.0))
+        largest = (
+            float(mib.get("peak") or 0.0) + float(mib.get("kv") or 0.0) + float(mib.get("compute") or 0.0)
+        )
+        grown = (
+            float(mib.get("weights") or 0.0)
+            + layers_each * avg
+            + float(mib.get("process") or 0.0)
+            + max(kv + compute, largest)
+        )
+        if grown + TOP_UP_MIB > (_budget(d) or 0.0):
+            continue
+        topped[d.get("name")] = {"kv": round(kv, 2), "compute": round(compute, 2), "largest": largest}
+        take = layers_each
+        from_head = min(take, head_layers)
+        head_layers -= from_head
+        take -= from_head
+        while take > 0:
+            j = max(range(len(counts)), key=lambda k: counts[k])
+            if counts[j] <= 1:
+                break
+            counts[j] -= 1
+            counts[i] += 1
+            take -= 1
+        counts[i] += from_head
     order = new + devices
     all_counts = [layers_each] * len(new) + counts
     # the output layer is llama.cpp's last slot, on the last --rpc device (the plan's output
@@ -562,6 +980,11 @@ def measuring_plan(
         old = (h.get("layers") or [0, 0])[1] - (h.get("layers") or [0, 0])[0] if h.get("layers") else 0
         extra = float(mib.get("weights") or 0) - old * avg if h.get("output_layer") else 0.0
         mib["weights"] = round(c * avg + max(0.0, extra), 2)
+        grown = topped.get(h.get("name"))
+        if grown:
+            mib["kv"], mib["compute"] = grown["kv"], grown["compute"]
+            mib["peak"] = round(max(0.0, grown["largest"] - grown["kv"] - grown["compute"]), 2)
+            mib["total"] = round(_total(mib), 2)
         h["layers"] = [first, first + c]
         h["predicted_mib"] = mib
         first += c
@@ -583,6 +1006,164 @@ def measuring_plan(
         "worker_threads": MEASURE_THREADS,
     }
     return out
+
+
+OUTPUT_ON_HEAD = OUTPUT_ON_HEAD_ARGS
+
+
+def _budget(h: Mapping[str, Any]) -> Optional[float]:
+    """A host's memory budget from its plan row (its predicted total + headroom; None for a
+    worker the measuring placement added, which has no row of the plan)."""
+    mib = h.get("predicted_mib") or {}
+    if h.get("headroom_mib") is None or mib.get("total") is None:
+        return None
+    return float(h["headroom_mib"]) + float(mib["total"])
+
+
+def _total(mib: Mapping[str, Any]) -> float:
+    return sum(float(mib.get(k) or 0.0) for k in ("weights", "kv", "compute", "process", "peak"))
+
+
+def output_moved(
+    plan: Mapping[str, Any], quotas: Optional[Mapping[str, Any]] = None
+) -> Optional[Dict[str, Any]]:
+    """A measuring placement (:func:`measuring_plan`) with the output layer on another host, or
+    None when it fits nowhere else.
+
+    Output on the head -> on a worker (it goes last in ``--rpc``: llama.cpp's output slot is the
+    last device's; the ``-ot`` override dropped): a worker without a CPU quota below one CPU
+    (``quotas``: host -> its quota) first, so that the request is not bound by a quota, then the
+    one with the most room left; output on a worker -> on the head, through the ``-ot``
+    override. Every other host keeps its layers. The memory check is the plan's own figures
+    (``model.output_mib``, ``output_largest_mib`` and, when llama.cpp would start pipelining,
+    ``pipeline_extra_mib`` on every host), against each host's budget (its predicted total +
+    headroom): a move that the memory model does not fit is not made."""
+    quotas = quotas or {}
+
+    def free(name: str) -> bool:
+        q = quotas.get(name)
+        return not isinstance(q, (int, float)) or isinstance(q, bool) or q >= 1.0
+
+    model = plan.get("model") or {}
+    output_mib = model.get("output_mib")
+    if not isinstance(output_mib, (int, float)) or output_mib <= 0:
+        return None
+    hosts = [dict(h) for h in plan.get("hosts") or [] if isinstance(h, dict)]
+    head = next((h for h in hosts if h.get("role") == "head"), None)
+    used = [h for h in hosts if h.get("role") == "worker" and h.get("name") in (plan.get("workers") or [])]
+    if head is None or not used:
+        return None
+    rest, split = _split_args(plan.get("llama_server_args") or [])
+    on_head = bool(head.get("output_layer"))
+    out = copy.deepcopy(dict(plan))
+    if on_head:
+        head_layers = (head.get("layers") or [0, 0])[1] - (head.get("layers") or [0, 0])[0]
+        pipelined = len(used) > 1 and head_layers == 0
+        extra = float(model.get("pipeline_extra_mib") or 0.0) if pipelined else 0.0
+        for h in [head, *used]:
+            budget = _budget(h)
+            if budget is not None and _total(h.get("predicted_mib") or {}) + extra > budget:
+                return None
+        room = []
+        for w in used:
+            mib = dict(w.get("predicted_mib") or {})
+            largest = max(float(model.get("output_largest_mib") or 0.0), float(mib.get("peak") or 0.0))
+            mib["weights"] = round(float(mib.get("weights") or 0.0) + float(output_mib), 2)
+            mib["compute"] = round(float(mib.get("compute") or 0.0) + extra, 2)
+            mib["peak"] = round(max(0.0, largest - float(mib.get("kv") or 0.0) - float(mib["compute"])), 2)
+            mib["total"] = round(_total(mib), 2)
+            budget = _budget(w)
+            left = budget - mib["total"] if budget is not None else -1.0
+            if left >= 0:
+                room.append((free(w["name"]), left, w["name"], mib))
+        if not room:
+            return None
+        _free, _left, name, mib = max(room)
+        order = [w for w in used if w["name"] != name] + [w for w in used if w["name"] == name]
+        first = head_layers
+        placed = []
+        for w in order:
+            count = (w.get("layers") or [0, 0])[1] - (w.get("layers") or [0, 0])[0]
+            w = dict(w, layers=[first, first + count], output_layer=w["name"] == name)
+            if w["name"] == name:
+                w["predicted_mib"] = mib
+            first += count
+            placed.append(w)
+        head["output_layer"] = False
+        counts = [(w["layers"][1] - w["layers"][0]) for w in placed]
+        ts = [float(c) for c in counts]
+        ts[-1] += 1.0
+        rest = [a for i, a in enumerate(rest) if not _is_override(rest, i)]
+        args = [
+            "--rpc",
+            ",".join(w["endpoint"] for w in placed),
+            "--tensor-split",
+            ",".join("%g" % x for x in ts),
+        ]
+        args += ["-ngl", split.get("ngl") or str(sum(counts) + 1)]
+        moved_to = name
+    else:
+        holder = used[-1]
+        if not holder.get("output_layer"):
+            return None
+        head_mib = dict(head.get("predicted_mib") or {})
+        if not model.get("tied_output"):
+            head_mib["weights"] = round(float(head_mib.get("weights") or 0.0) + float(output_mib), 2)
+            head_mib["total"] = round(_total(head_mib), 2)
+            if head_mib["total"] > (_budget(head) or 0.0):
+                return None
+        head = dict(head, output_layer=True, predicted_mib=head_mib)
+        mib = dict(holder.get("predicted_mib") or {})
+        mib["weights"] = round(max(0.0, float(mib.get("weights") or 0.0) - float(output_mib)), 2)
+        placed = [dict(w) for w in used]
+        placed[-1] = dict(holder, output_layer=False, predicted_mib=mib)
+        args = [
+            "--rpc",
+            split.get("rpc", ""),
+            "--tensor-split",
+            split.get("ts", ""),
+            "-ngl",
+            split.get("ngl", ""),
+        ]
+        rest = [*OUTPUT_ON_HEAD, *rest]
+        moved_to = head["name"]
+    others = [h for h in hosts if h.get("role") == "worker" and h not in used]
+    out["hosts"] = [head, *placed, *others]
+    out["workers"] = [w["name"] for w in placed]
+    out["llama_server_args"] = args + rest + ["--poll", "0"]
+    out["measuring"] = dict(out.get("measuring") or {}, output_moved_to=moved_to)
+    return out
+
+
+def measuring_pair(
+    measuring: Mapping[str, Any], quotas: Optional[Mapping[str, Any]] = None
+) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    """The two measuring placements (docs/profile.md): the first with the output layer on the
+    head (moved there when the served plan has it on a worker and the head can take it), the
+    second with it on a worker (:func:`output_moved`); the second is None when the output layer
+    fits on one side only, and when the plan keeps the output layer on the head
+    (``llmfleet_output_layer: head``: no plan of the fleet puts it elsewhere, so its cost there
+    is not needed)."""
+    first = dict(measuring)
+    options = (first.get("planned_with") or {}).get("options") or {}
+    head = next((h for h in first.get("hosts") or [] if h.get("role") == "head"), {})
+    if not head.get("output_layer"):
+        first = output_moved(first, quotas) or first
+        head = next((h for h in first.get("hosts") or [] if h.get("role") == "head"), {})
+        if not head.get("output_layer"):
+            return first, None
+    if options.get("output_layer") == "head":
+        return first, None
+    second = output_moved(first, quotas)
+    return first, second
+
+
+def _is_override(args: Sequence[str], i: int) -> bool:
+    """Whether args[i] is the output-on-head override or its value."""
+    here = str(args[i])
+    if here == OUTPUT_ON_HEAD[0] and i + 1 < len(args) and str(args[i + 1]) == OUTPUT_ON_HEAD[1]:
+        return True
+    return here == OUTPUT_ON_HEAD[1] and i > 0 and str(args[i - 1]) == OUTPUT_ON_HEAD[0]
 
 
 PROFILE_DROPIN = "/run/systemd/system/llmfleet-rpc-server.service.d/50-llmfleet-profile-threads.conf"

@@ -9,7 +9,13 @@ written by the measurement side, docs/planner.md "Speed figures"):
 - ``ms_per_layer``: decode time per layer per token of THIS model on that host;
 - ``rtt_ms`` and ``mbit_s``: the link head <-> host (absent for the head);
 - ``cpu_quota`` (optional): the host's CFS CPU quota in CPUs, and ``cpu_ms_per_layer`` (optional,
-  default ``ms_per_layer``): the CPU time per layer per token it spends (its threads' sum).
+  default ``ms_per_layer``): the CPU time per layer per token it spends (its threads' sum);
+- ``output_ms`` (optional) and ``output_cpu_ms`` (optional): the output layer's own time (and CPU
+  time) per token on that host, measured (profile.py); without them the output layer is priced
+  by its weight in repeating layers (:func:`output_layer_equivalents`) x ``ms_per_layer``;
+- ``token_ms`` (optional, the head's): the fleet's per-token time outside the layers and the
+  links (llama-server's own work per token: sampling, driving the RPC devices, waiting on them),
+  measured as what a real request's time per token has beyond the other terms (profile.py).
 
 ``ms_per_layer`` is the UNTHROTTLED time: what a layer takes while the host has quota left. A CFS
 quota is a cap, not a slowdown: a host computes at full speed until it has used its quota in the
@@ -21,12 +27,13 @@ In a layer split every token passes every host in turn. llama.cpp's RPC devices 
 head: the activations go to a worker over its link, it computes its layers, and the result comes
 back over the same link before the next worker is sent anything. So per token:
 
-    chain_ms     = sum over hosts of layers x ms_per_layer
-                 + the output layer's weight in layers x ms_per_layer of its holder
+    chain_ms     = token_ms of the head
+                 + sum over hosts of layers x ms_per_layer
+                 + output_ms of its holder (else its weight in layers x the holder's ms_per_layer)
                  + sum over used workers of (rtt_ms + 2 x activation_ms)
                  (the output holder: rtt_ms + activation_ms + logits_ms)
     ms_per_token = max(chain_ms, max over quota'd hosts of their cap_ms)
-    cap_ms       = (its layers + the output's equivalents if it holds it) x cpu_ms_per_layer / cpu_quota
+    cap_ms       = (its layers x cpu_ms_per_layer + output_cpu_ms if it holds the output) / cpu_quota
 
 where ``activation_ms = n_embd x 4 bytes / throughput`` (one row of float32 in, one out) and
 ``logits_ms = n_vocab x 4 bytes / throughput`` of the last worker's link: that worker sends back
@@ -34,7 +41,7 @@ the logits instead of the activation row. The hops head -> w1 -> ... -> wk -> he
 these k round trips: hop w_i -> w_i+1 passes the head.
 
 Time to first token for a prompt of ``prompt_tokens`` tokens (one batch):
-``prompt_tokens x compute + sum(rtt) + prompt_tokens x activation terms + logits_ms`` (the rows of
+``token_ms + prompt_tokens x compute + sum(rtt) + prompt_tokens x activation terms + logits_ms`` (the rows of
 every prompt token pass every link; the logits of the last token only). Prefill is
 counted at the decode cost per token, an upper bound: on a CPU a batch reuses each weight it reads,
 so prompt processing is usually faster per token than generation.
@@ -55,7 +62,18 @@ MAX_MS_PER_LAYER = 60000.0  # a minute per layer per token
 MAX_RTT_MS = 60000.0
 MAX_MBIT_S = 10000000.0  # 10 Tbit/s
 MAX_CPU_QUOTA = 4096.0  # CPUs
-SPEED_KEYS = ("ms_per_layer", "rtt_ms", "mbit_s", "cpu_quota", "cpu_ms_per_layer")
+SPEED_KEYS = (
+    "ms_per_layer",
+    "rtt_ms",
+    "mbit_s",
+    "cpu_quota",
+    "cpu_ms_per_layer",
+    "output_ms",
+    "output_cpu_ms",
+    "token_ms",
+)
+# the optional figures of any host (checked like ms_per_layer when given)
+OPTIONAL_KEYS = ("cpu_quota", "cpu_ms_per_layer", "output_ms", "output_cpu_ms", "token_ms")
 PROMPT_TOKENS = 128
 FLOAT_BYTES = 4
 
@@ -66,28 +84,48 @@ class Figures:
 
     ``ms_per_layer``: unthrottled time per layer per token; ``cpu_quota``: the CFS quota in CPUs
     (None: no quota); ``cpu_ms_per_layer``: CPU time per layer per token (None: ``ms_per_layer``,
-    one thread)."""
+    one thread); ``output_ms``/``output_cpu_ms``: the output layer's measured time and CPU time
+    per token here (None: priced by its weight); ``token_ms``: the head's per-token time outside
+    layers and links (None: 0)."""
 
     ms_per_layer: float
     rtt_ms: Optional[float] = None
     mbit_s: Optional[float] = None
     cpu_quota: Optional[float] = None
     cpu_ms_per_layer: Optional[float] = None
+    output_ms: Optional[float] = None
+    output_cpu_ms: Optional[float] = None
+    token_ms: Optional[float] = None
 
-    def cap_ms(self, layer_equivalents: float) -> Optional[float]:
-        """The least ms per token the quota allows for this much work (None without a quota)."""
+    @property
+    def cpu_per_layer(self) -> float:
+        return self.cpu_ms_per_layer if self.cpu_ms_per_layer is not None else self.ms_per_layer
+
+    def output_time(self, equivalents: float) -> float:
+        """The output layer's ms per token here: measured, else its weight in layers priced."""
+        return self.output_ms if self.output_ms is not None else equivalents * self.ms_per_layer
+
+    def output_cpu(self, equivalents: float) -> float:
+        """The output layer's CPU ms per token here (measured, else from its time, else its weight)."""
+        if self.output_cpu_ms is not None:
+            return self.output_cpu_ms
+        if self.output_ms is not None:
+            return self.output_ms * self.cpu_per_layer / self.ms_per_layer
+        return equivalents * self.cpu_per_layer
+
+    def cap_ms(self, layers: float, output_cpu_ms: float = 0.0) -> Optional[float]:
+        """The least ms per token the quota allows for ``layers`` repeating layers plus
+        ``output_cpu_ms`` of CPU for the output layer (None without a quota)."""
         if not self.cpu_quota:
             return None
-        cpu = self.cpu_ms_per_layer if self.cpu_ms_per_layer is not None else self.ms_per_layer
-        return layer_equivalents * cpu / self.cpu_quota
+        return (layers * self.cpu_per_layer + output_cpu_ms) / self.cpu_quota
 
-    def max_layers(self, ms: float, extra: float = 0.0) -> Optional[int]:
-        """The most layers (besides ``extra`` equivalents) whose cap stays within ``ms`` per token
-        (None without a quota; -1 when even ``extra`` alone is above it)."""
+    def max_layers(self, ms: float, output_cpu_ms: float = 0.0) -> Optional[int]:
+        """The most layers (besides ``output_cpu_ms`` of output work) whose cap stays within ``ms``
+        per token (None without a quota; -1 when the output work alone is above it)."""
         if not self.cpu_quota:
             return None
-        cpu = self.cpu_ms_per_layer if self.cpu_ms_per_layer is not None else self.ms_per_layer
-        return math.floor(ms * self.cpu_quota / cpu - extra + 1e-9)
+        return math.floor((ms * self.cpu_quota - output_cpu_ms) / self.cpu_per_layer + 1e-9)
 
     def transfer_ms(self, n_bytes: float) -> float:
         """Milliseconds to send ``n_bytes`` over this host's link (0 without a link: the head)."""
@@ -127,19 +165,22 @@ def figures_of(data: Dict[str, Any], role: str) -> Optional[Figures]:
     if unknown:
         raise ValueError("host %s: speed has unknown keys %s" % (name, ", ".join(map(str, unknown))))
     ms = _number(name, "ms_per_layer", value.get("ms_per_layer"), MAX_MS_PER_LAYER)
-    quota = cpu_ms = None
-    if value.get("cpu_quota") is not None:
-        quota = _number(name, "cpu_quota", value["cpu_quota"], MAX_CPU_QUOTA)
-    if value.get("cpu_ms_per_layer") is not None:
-        cpu_ms = _number(name, "cpu_ms_per_layer", value["cpu_ms_per_layer"], MAX_MS_PER_LAYER)
+    extra: Dict[str, float] = {}
+    for key in OPTIONAL_KEYS:
+        if value.get(key) is not None:
+            extra[key] = _number(
+                name, key, value[key], MAX_CPU_QUOTA if key == "cpu_quota" else MAX_MS_PER_LAYER
+            )
     if role == "head":
         for key, upper in (("rtt_ms", MAX_RTT_MS), ("mbit_s", MAX_MBIT_S)):
             if value.get(key) is not None:
                 _number(name, key, value[key], upper)
-        return Figures(ms, cpu_quota=quota, cpu_ms_per_layer=cpu_ms)
+        return Figures(ms, **extra)
+    if "token_ms" in extra:
+        raise ValueError("host %s: speed.token_ms is the head's figure, not a worker's" % name)
     rtt = _number(name, "rtt_ms", value.get("rtt_ms"), MAX_RTT_MS)
     mbit = _number(name, "mbit_s", value.get("mbit_s"), MAX_MBIT_S)
-    return Figures(ms, rtt, mbit, quota, cpu_ms)
+    return Figures(ms, rtt, mbit, **extra)
 
 
 def figures_for(head: Dict[str, Any], workers: Sequence[Dict[str, Any]]) -> Dict[str, Figures]:
@@ -160,6 +201,7 @@ class Estimate:
     links: List[Dict[str, Any]]  # name, rtt_ms, mbit_s, latency_ms, activation_ms, logits_ms, total_ms
     prompt_tokens: int
     capped: Optional[Dict[str, Any]] = None  # the host entry with the largest cap_ms (None: no quota)
+    token_ms: float = 0.0  # the head's per-token time outside layers and links
 
     @property
     def compute_ms(self) -> float:
@@ -168,7 +210,7 @@ class Estimate:
     @property
     def chain_ms(self) -> float:
         """A token's pass through every host and link, no host throttled."""
-        return self.compute_ms + sum(link["total_ms"] for link in self.links)
+        return self.token_ms + self.compute_ms + sum(link["total_ms"] for link in self.links)
 
     @property
     def cap(self) -> Optional[Dict[str, Any]]:
@@ -185,8 +227,10 @@ class Estimate:
         n = self.prompt_tokens
         # a quota'd host processes the whole batch at its quota's rate when that is the slower
         compute = sum(max(h["compute_ms"], h.get("cap_ms") or 0.0) for h in self.hosts)
-        return n * compute + sum(
-            link["latency_ms"] + n * link["activation_ms"] + link["logits_ms"] for link in self.links
+        return (
+            self.token_ms
+            + n * compute
+            + sum(link["latency_ms"] + n * link["activation_ms"] + link["logits_ms"] for link in self.links)
         )
 
     def bottleneck(self) -> str:
@@ -200,6 +244,8 @@ class Estimate:
                 1000.0 / cap["cap_ms"],
             )
         terms = [("%s compute" % h["name"], h["compute_ms"]) for h in self.hosts]
+        if self.token_ms > 0 and self.hosts:
+            terms.append(("%s per-token work" % self.hosts[0]["name"], self.token_ms))
         terms += [("link head-%s" % link["name"], link["total_ms"]) for link in self.links]
         name, value = max(terms, key=lambda t: t[1])
         share = value / self.ms_per_token if self.ms_per_token > 0 else 0.0
@@ -211,6 +257,7 @@ class Estimate:
             "tokens_per_second": round(1000.0 / ms, 2) if ms > 0 else None,
             "ms_per_token": round(ms, 3),
             "chain_ms": round(self.chain_ms, 3),
+            "token_ms": round(self.token_ms, 3),
             "ttft_s": round(self.ttft_ms / 1000.0, 3),
             "ttft_prompt_tokens": self.prompt_tokens,
             "bottleneck": self.bottleneck(),
@@ -279,25 +326,28 @@ def estimate(
             }
         )
         links.append(link_terms(model, w.name, fig, i == len(workers) - 1 and not output_on_head))
-    # the output layer's own compute, on its holder (the head, or the last worker)
+    # the output layer's own compute, on its holder (the head, or the last worker): measured
+    # there, else its weight in repeating layers at the holder's ms per layer
     holder = hosts[0] if output_on_head or not workers else hosts[-1]
+    holder_fig = figures[holder["name"]]
     equivalents = output_layer_equivalents(model)
     holder["output_layer_equivalents"] = equivalents
-    holder["output_ms"] = equivalents * holder["ms_per_layer"]
+    holder["output_ms"] = holder_fig.output_time(equivalents)
+    holder["output_priced"] = "figures" if holder_fig.output_ms is not None else "by weight"
     holder["compute_ms"] += holder["output_ms"]
     capped = None
     for h in hosts:
         fig = figures[h["name"]]
         if not fig.cpu_quota:
             continue
-        work = h["layers"] + (h.get("output_layer_equivalents") or 0.0)
-        cap = fig.cap_ms(work) if work > 0 else None
+        output_cpu = fig.output_cpu(equivalents) if h is holder else 0.0
+        cap = fig.cap_ms(h["layers"], output_cpu) if h["layers"] > 0 or output_cpu > 0 else None
         if cap is not None:
             h["cpu_quota"] = fig.cpu_quota
             h["cap_ms"] = cap
             if capped is None or cap > capped["cap_ms"]:
                 capped = h
-    return Estimate(hosts, links, prompt_tokens, capped)
+    return Estimate(hosts, links, prompt_tokens, capped, head_fig.token_ms or 0.0)
 
 
 def output_layer_equivalents(model: Model) -> float:

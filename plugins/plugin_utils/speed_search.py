@@ -225,14 +225,20 @@ def _split_under_caps(
             c
             for w in capped
             for layers in range(n + 1)
-            for c in [figures[w.name].cap_ms(layers + (eq if w.name == holder else 0.0))]
+            for c in [
+                figures[w.name].cap_ms(layers, figures[w.name].output_cpu(eq) if w.name == holder else 0.0)
+            ]
             if c is not None and c > 0
         }
     )
 
     def limits_at(target: float) -> Dict[str, int]:
         return {
-            w.name: figures[w.name].max_layers(target, eq if w.name == holder else 0.0) or 0 for w in capped
+            w.name: figures[w.name].max_layers(
+                target, figures[w.name].output_cpu(eq) if w.name == holder else 0.0
+            )
+            or 0
+            for w in capped
         }
 
     seen: Dict[int, Optional[Tuple[float, float, int, List[int]]]] = {}
@@ -366,6 +372,9 @@ def fastest(
     n = model.n_layer
     head_room = head.budget_mib * P.MIB - P.predict_head(model, range(0), False, opts).total
     layer_min = min(costs.w[i + 1] - costs.w[i] + costs.kv[i + 1] - costs.kv[i] for i in range(n))
+    # every placement pays the head's per-token time and the output layer on one of the hosts
+    eq = output_layer_equivalents(model)
+    token = figures[head.name].token_ms or 0.0
     candidates = []
     for combo in _candidate_sets(workers, figures, lo):
         if not P.may_fit(costs, head, combo):
@@ -374,7 +383,9 @@ def fastest(
         if compute is None:
             continue
         for out in _output_choices(opts) if combo else [True]:
-            bound = _links_bound(model, combo, figures, out) + compute
+            holders = [head] if out or not combo else combo
+            output = min(figures[h.name].output_time(eq) for h in holders)
+            bound = token + output + _links_bound(model, combo, figures, out) + compute
             candidates.append((bound, len(combo), [w.name for w in combo], combo, out))
     candidates.sort(key=lambda c: (c[0], c[1], c[2], c[4]))
     best = Best()

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile as prof
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventories" / "demo-uneven"
@@ -82,12 +83,17 @@ def test_the_model_needs_two_workers_and_the_default_split_fits() -> None:
     options = {"context": fleet_vars["llmfleet_context"], "min_workers": fleet_vars["llmfleet_min_workers"]}
     plan = P.make_plan(layout, model, head, workers, options)
     assert len(plan["workers"]) >= 2, plan["workers"]
-    # the sizes do their part: with the output layer on a worker (llama.cpp's own choice) and no
-    # minimum, no single worker can hold what the head does not
-    sized = P.make_plan(
-        layout, model, head, workers, {"context": options["context"], "output_layer": "worker"}
-    )
-    assert len(sized["workers"]) >= 2, sized["workers"]
+    # the memory plan is the one a user of memory placement meets on such a fleet: the output
+    # layer on nas, the worker with the most room and a quarter of a CPU (its quota caps the
+    # fleet there: what the speed plan must find a way around)
+    holder = next(h["name"] for h in plan["hosts"] if h["output_layer"])
+    assert holder == "llmfleet-uneven-nas", plan["llama_server_args"]
+    # and profile.yml can measure the output layer on fast (no quota, so its second request is
+    # bound by the chain and prices the head from wall time: docs/profile.md)
+    measuring = prof.measuring_plan(plan, ["llmfleet-uneven-wifi"])
+    first, second = prof.measuring_pair(measuring, {w: float(pods[w]["cpus"]) for w in pods})
+    assert next(h for h in first["hosts"] if h["role"] == "head")["output_layer"]
+    assert second is not None and second["measuring"]["output_moved_to"] == "llmfleet-uneven-fast"
 
     # llama.cpp's default split: every CPU device reports the machine's RAM, so equal shares over
     # the --rpc devices (inventory order); the output layer on the last one

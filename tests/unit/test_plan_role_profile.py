@@ -68,7 +68,7 @@ def test_a_stale_profile_is_named_host_by_host_and_not_used(tmp_path, model) -> 
         "link": {"rtt_ms": 1.0, "mbit_s": 100.0, "measured_at": "t"},
     }
     profile = {
-        "version": 1,
+        "version": 2,
         "measured_at": "t",
         "build": "b0c1e570",
         "model": {"sha256": "0" * 64},

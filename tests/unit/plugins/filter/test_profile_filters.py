@@ -122,3 +122,64 @@ def test_profile_build_refuses_a_zero_mbit_link() -> None:
             "now",
             links={"w1": {"measured": True, "rtt_ms": 1.0, "mbit_s": 0.0}},
         )
+
+
+def test_profile_build_measures_the_output_layer_apart_from_a_second_request() -> None:
+    """The filter's ``moved``: the output layer on w1 in the first request, on the head in the
+    second; w1's layers priced without it, its output layer measured (not its weight), the head
+    priced from the two requests' wall time."""
+
+    def plan(output_on_w1):
+        return {
+            "model": {"n_embd": 64, "n_vocab": 1000},
+            "workers": ["w1"],
+            "hosts": [
+                {"name": "head", "role": "head", "layers": [0, 0], "output_layer": not output_on_w1},
+                {
+                    "name": "w1",
+                    "role": "worker",
+                    "layers": [0, 10],
+                    "output_layer": output_on_w1,
+                    "threads": 1,
+                },
+            ],
+        }
+
+    def window(unit, seconds):
+        return [{"units": {unit: {"cpu_seconds": 0}}}] * 2 + [{"units": {unit: {"cpu_seconds": seconds}}}]
+
+    # 10 tokens: 100 ms a token with the output layer on w1, 84 with it on the head
+    first_timings = {"predicted_ms": 1000.0, "prompt_ms": 0.0, "predicted_n": 10}
+    second_timings = {"predicted_ms": 840.0, "prompt_ms": 0.0, "predicted_n": 10}
+    # w1: 10 layers = 0.5 CPU s (5 ms a layer a token), its output layer +0.3 s (30 ms a token)
+    first = {"head": window("server", 0.7), "w1": window("rpc", 0.8)}
+    second = {"head": window("server", 0.7), "w1": window("rpc", 0.5)}
+    facts = {k: v["llmfleet_host"] for k, v in HOSTVARS.items()}
+    got = profile_build(
+        first,
+        plan(True),
+        first_timings,
+        facts,
+        {"head": "server", "worker": "rpc"},
+        "b0c1e570",
+        {"name": "m", "sha256": SHA},
+        "2026-12-03T08:00:00Z",
+        links={"w1": {"measured": True, "rtt_ms": 1.0, "mbit_s": 50.0}},
+        moved={"plan": plan(False), "samples": second, "timings": second_timings},
+    )
+    w1 = got["hosts"]["w1"]["compute"]
+    assert w1["cpu_ms_per_layer"] == pytest.approx(5.0) and w1["output_cpu_ms"] == pytest.approx(30.0)
+    assert got["output_layers"] == pytest.approx(6.0)
+    # what each request has beyond w1's terms (a 64 x 4-byte row at 50 Mbit/s, the logits 1000 x 4)
+    row, logits = 64 * 4 * 8 / 50e6 * 1000, 1000 * 4 * 8 / 50e6 * 1000
+    off = 100.0 - (10 * 5.0 + 30.0 + 1.0 + row + logits)
+    on = 84.0 - (10 * 5.0 + 1.0 + 2 * row)
+    head = got["hosts"]["head"]["compute"]
+    assert head["priced_by"] == "wall time"
+    assert head["output_ms"] == pytest.approx(on - off, abs=1e-3)
+    assert head["ms_per_layer"] == pytest.approx((on - off) / 6.0, abs=1e-3)
+    assert head["token_ms"] == pytest.approx(off, abs=1e-3)
+    assert got["token"]["residuals"] == {
+        "off": {"request": 0, "ms": pytest.approx(off, abs=1e-3)},
+        "on": {"request": 1, "ms": pytest.approx(on, abs=1e-3)},
+    }

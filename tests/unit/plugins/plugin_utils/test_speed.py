@@ -149,3 +149,50 @@ def test_quota_figures_are_validated_with_the_host_named(key, value, message):
         S.figures_of({"name": "nas", "speed": speed}, "worker")
     fig = S.figures_of({"name": "nas", "speed": dict(speed, **{key: 0.5})}, "worker")
     assert fig is not None and getattr(fig, key) == 0.5
+
+
+def test_a_measured_output_layer_and_the_heads_token_time_are_their_own_terms():
+    # the output layer measured at 4 ms on w1 (its weight would say 1 layer = 1 ms) and the head's
+    # 7 ms a token outside layers and links
+    figs = dict(FIGS, head=S.Figures(2.0, token_ms=7.0), w1=S.Figures(1.0, 5.0, 8.0, output_ms=4.0))
+    est = S.estimate(MODEL, HEAD, [W1], 2, [6], False, figs, prompt_tokens=10)
+    # compute 2 x 2 + 6 x 1 + 4 = 14; link 5 + 1.024 + 4.0; the head's 7
+    assert est.compute_ms == pytest.approx(14.0)
+    assert est.ms_per_token == pytest.approx(14.0 + 10.024 + 7.0)
+    plan = est.to_plan()
+    assert plan["token_ms"] == pytest.approx(7.0)
+    assert plan["hosts"][1]["output_priced"] == "figures" and plan["hosts"][1]["output_ms"] == 4.0
+    # the head's time counts once for the prompt's batch: 7 + 10 x 14 + 5 + 10.24 + 4.0
+    assert plan["ttft_s"] == pytest.approx(0.16624, abs=1e-3)
+    # and it is named when it is the largest term
+    slow_head = dict(figs, head=S.Figures(2.0, token_ms=40.0))
+    assert (
+        S.estimate(MODEL, HEAD, [W1], 2, [6], False, slow_head)
+        .bottleneck()
+        .startswith("head per-token work: 40.00 ms of")
+    )
+
+
+def test_a_quota_d_holder_pays_the_measured_output_cpu_in_its_cap():
+    # w1 under a 0.5 quota: 6 layers x 1 ms CPU + the output layer's measured 9 CPU ms = 15 ms of
+    # CPU a token, a cap of 30 ms (by weight it would be 7 ms of CPU, a cap of 14)
+    figs = dict(FIGS, w1=S.Figures(1.0, 5.0, 8.0, cpu_quota=0.5, output_ms=9.0))
+    est = S.estimate(MODEL, HEAD, [W1], 2, [6], False, figs)
+    assert est.capped["name"] == "w1" and est.capped["cap_ms"] == pytest.approx(30.0)
+    assert est.ms_per_token == pytest.approx(30.0)
+    assert figs["w1"].max_layers(30.0, figs["w1"].output_cpu(1.0)) == 6
+
+
+@pytest.mark.parametrize(
+    ("role", "speed", "needle"),
+    [
+        ("worker", {"ms_per_layer": 1.0, "rtt_ms": 1.0, "mbit_s": 10.0, "token_ms": 3.0}, "head's figure"),
+        ("worker", {"ms_per_layer": 1.0, "rtt_ms": 1.0, "mbit_s": 10.0, "output_ms": 0.0}, "speed.output_ms"),
+        ("head", {"ms_per_layer": 1.0, "token_ms": -2.0}, "speed.token_ms"),
+        ("head", {"ms_per_layer": 1.0, "output_cpu_ms": math.nan}, "speed.output_cpu_ms"),
+    ],
+)
+def test_odd_output_and_token_figures_are_refused_naming_the_host(role, speed, needle):
+    with pytest.raises(ValueError, match="host n1") as err:
+        S.figures_of({"name": "n1", "speed": speed}, role)
+    assert needle in str(err.value)

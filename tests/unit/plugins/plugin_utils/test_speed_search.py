@@ -69,6 +69,22 @@ def brute_force(model, head, workers, opts, figures):
     return best
 
 
+def assert_fastest_is_brute_force(model, head_d, ws_d, head_layers, output):
+    """The search's placement fits and is as fast as the brute-force optimum (both refuse alike);
+    returns (head, workers, options, figures, the search's placement)."""
+    head, ws = P.hosts_from_dicts(head_d, ws_d, reserve_mib=4)
+    opts = P.Options(context=256, head_layers=head_layers, output_layer=output)
+    figures = S.figures_for(head_d, ws_d)
+    expected = brute_force(model, head, ws, opts, figures)
+    got = SS.fastest(model, head, ws, opts, figures)
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None and got.fits()
+        assert S.estimate_placement(got, model, figures).ms_per_token == pytest.approx(expected, rel=1e-9)
+    return head, ws, opts, figures, got
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     n_layer=st.integers(2, 6),
@@ -95,16 +111,9 @@ def test_the_speed_search_equals_brute_force(n_layer, head_usable, workers, head
         with_speed(host(f"w{i}", u), ms=ms, rtt=rtt, mbit=mbit)
         for i, (u, ms, rtt, mbit) in enumerate(workers)
     ]
-    head, ws = P.hosts_from_dicts(head_d, ws_d, reserve_mib=4)
-    opts = P.Options(context=256, head_layers=head_layers, output_layer=output)
-    figures = S.figures_for(head_d, ws_d)
-    expected = brute_force(model, head, ws, opts, figures)
-    got = SS.fastest(model, head, ws, opts, figures)
-    if expected is None:
-        assert got is None
+    head, ws, opts, figures, got = assert_fastest_is_brute_force(model, head_d, ws_d, head_layers, output)
+    if got is None:
         return
-    assert got is not None and got.fits()
-    assert S.estimate_placement(got, model, figures).ms_per_token == pytest.approx(expected, rel=1e-9)
     # and through the planner: never refused when the memory objective places, never slower than it
     try:
         memory = P.place(model, head, ws, opts)[0]
@@ -236,16 +245,66 @@ def test_the_speed_search_equals_brute_force_under_cpu_quotas(
         {**host(f"w{i}", u), "speed": speed(ms, q, rtt_ms=0.5, mbit_s=1000.0)}
         for i, (u, ms, q) in enumerate(workers)
     ]
-    head, ws = P.hosts_from_dicts(head_d, ws_d, reserve_mib=4)
-    opts = P.Options(context=256, head_layers=head_layers, output_layer=output)
-    figures = S.figures_for(head_d, ws_d)
-    expected = brute_force(model, head, ws, opts, figures)
-    got = SS.fastest(model, head, ws, opts, figures)
-    if expected is None:
-        assert got is None
-        return
-    assert got is not None and got.fits()
-    assert S.estimate_placement(got, model, figures).ms_per_token == pytest.approx(expected, rel=1e-9)
+    assert_fastest_is_brute_force(model, head_d, ws_d, head_layers, output)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    n_layer=st.integers(2, 6),
+    head_usable=st.integers(20, 90),
+    workers=st.lists(
+        st.tuples(
+            st.integers(20, 90),
+            st.sampled_from([0.5, 1.0, 2.0]),
+            st.sampled_from([None, 0.25, 1.0]),
+            st.sampled_from([None, 0.5, 6.0, 40.0]),
+        ),
+        min_size=0,
+        max_size=3,
+    ),
+    head_output=st.sampled_from([None, 0.5, 6.0, 40.0]),
+    token_ms=st.sampled_from([None, 3.0, 50.0]),
+    head_layers=st.booleans(),
+    output=st.sampled_from(["auto", "worker", "head"]),
+)
+def test_the_speed_search_equals_brute_force_with_measured_output_and_head_time(
+    n_layer, head_usable, workers, head_output, token_ms, head_layers, output
+):
+    """Measured output layers (cheaper or dearer than their weight, under a quota too) and the
+    head's per-token time: the search's bounds and caps must still find the brute-force optimum."""
+    lay = layout(n_layer=n_layer, layer_mib=10, embd_mib=5, out_mib=8)
+    model = P.Model.from_layout(lay)
+
+    def speed(ms, quota=None, out=None, **more):
+        given = {"ms_per_layer": ms, "cpu_quota": quota, "output_ms": out, **more}
+        return {k: v for k, v in given.items() if v is not None}
+
+    head_d = {**host("head", head_usable), "speed": speed(1.0, out=head_output, token_ms=token_ms)}
+    ws_d = [
+        {**host(f"w{i}", u), "speed": speed(ms, q, o, rtt_ms=0.5, mbit_s=1000.0)}
+        for i, (u, ms, q, o) in enumerate(workers)
+    ]
+    assert_fastest_is_brute_force(model, head_d, ws_d, head_layers, output)
+
+
+def test_a_measured_output_layer_moves_to_where_it_is_cheap():
+    """By weight the output layer costs about a layer on either host; measured, it costs the head
+    30 ms and fast 2 ms: the speed plan puts it on fast (its logits cost 0.03 ms over fast's link)."""
+    lay = layout(n_layer=6, layer_mib=10, embd_mib=5, out_mib=8)
+    head = {**host("head", 60), "speed": {"ms_per_layer": 1.0, "output_ms": 30.0, "token_ms": 5.0}}
+    ws = [
+        {
+            **host("fast", 400),
+            "speed": {"ms_per_layer": 1.0, "output_ms": 2.0, "rtt_ms": 0.1, "mbit_s": 10000.0},
+        },
+        {**host("slow", 400), "speed": {"ms_per_layer": 3.0, "rtt_ms": 0.1, "mbit_s": 10000.0}},
+    ]
+    plan = SS.make_plan(lay, MODEL, head, ws, {"context": 256, "objective": "speed"}, 4)
+    rows = {h["name"]: h for h in plan["hosts"]}
+    assert rows["fast"]["output_layer"] and plan["workers"] == ["fast"]
+    # 6 layers x 1 + the output 2 + the head's 5 + the link (0.1 + a row + the logits)
+    assert plan["speed"]["ms_per_token"] == pytest.approx(13.1, abs=0.1)
+    assert plan["speed"]["token_ms"] == 5.0
 
 
 def test_a_quota_that_binds_moves_layers_off_the_quota_d_host():
