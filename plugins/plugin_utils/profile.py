@@ -420,6 +420,14 @@ def _speed_dict(figures: Mapping[str, Any], link: Mapping[str, Any]) -> Dict[str
     return out
 
 
+def _ms_per_token(timings: Mapping[str, Any]) -> Optional[float]:
+    """A request's decode ms per token from llama-server's timings (None: too few tokens)."""
+    n, ms = timings.get("predicted_n"), timings.get("predicted_ms")
+    if not isinstance(n, (int, float)) or n < MIN_TOKENS or not isinstance(ms, (int, float)) or ms <= 0:
+        return None
+    return float(ms) / float(n)
+
+
 def head_figures(
     requests: Sequence[Tuple[Mapping[str, Any], Mapping[str, Any]]],
     workers: Mapping[str, Mapping[str, Any]],
@@ -446,25 +454,28 @@ def head_figures(
         if "ms_per_layer" in fig
     }
     residuals: Dict[str, Any] = {}
-    layers = 0
     for i, (plan, timings) in enumerate(requests):
-        n, ms = timings.get("predicted_n"), timings.get("predicted_ms")
-        if not isinstance(n, (int, float)) or n < MIN_TOKENS or not isinstance(ms, (int, float)) or ms <= 0:
-            continue
-        est = predict_request(plan, speed_of)
+        measured = _ms_per_token(timings)
+        est = predict_request(plan, speed_of) if measured is not None else None
         if est is None or (est.capped is not None and est.capped["cap_ms"] > est.chain_ms):
             continue
         _head, _workers, layers, _counts, on_head = _placement_of(plan)
-        key = "on" if on_head else "off"
-        residuals.setdefault(key, {"request": i, "ms": round(float(ms) / float(n) - est.chain_ms, 3)})
+        residuals.setdefault(
+            "on" if on_head else "off",
+            {"request": i, "ms": round(measured - est.chain_ms, 3), "head_layers": layers},
+        )
     result: Dict[str, Any] = {"figures": None, "residuals": residuals, "reason": None, "check": []}
-    if not residuals:
-        result["reason"] = "no measuring request was bound by the chain (each by a CPU quota, or failed)"
+    if not residuals or not ratio:
+        result["reason"] = (
+            "no measuring request was bound by the chain (each by a CPU quota, or failed)"
+            if not residuals
+            else "the output layer was not measured on a worker: the head is priced from its CPU seconds"
+        )
         return result
     medians = sorted(float(f["ms_per_layer"]) for f in workers.values() if "ms_per_layer" in f)
     median = medians[len(medians) // 2] if medians else None
     figs: Dict[str, float] = {}
-    if "on" in residuals and "off" in residuals and ratio:
+    if "on" in residuals and "off" in residuals:
         output = residuals["on"]["ms"] - residuals["off"]["ms"]
         if output > 0:
             figs = {"output_ms": output, "ms_per_layer": output / ratio}
@@ -476,27 +487,21 @@ def head_figures(
         if median is None:
             result["reason"] = "no worker figure to price the head's layers"
             return result
-        figs = {"ms_per_layer": median}
-        if ratio:
-            figs["output_ms"] = ratio * median
+        figs = {"ms_per_layer": median, "output_ms": ratio * median}
     base = residuals.get("off") or residuals["on"]
     token = (
         base["ms"]
-        - layers * figs["ms_per_layer"]
-        - (figs.get("output_ms", 0.0) if "off" not in residuals else 0.0)
+        - base["head_layers"] * figs["ms_per_layer"]
+        - (figs["output_ms"] if "off" not in residuals else 0.0)
     )
     if token > 0:
         figs["token_ms"] = token
     result["figures"] = {k: round(v, 4) for k, v in figs.items()}
     for i, (plan, timings) in enumerate(requests):
-        n, ms = timings.get("predicted_n"), timings.get("predicted_ms")
-        if not isinstance(n, (int, float)) or n < MIN_TOKENS or not ms:
+        measured = _ms_per_token(timings)
+        est = predict_request(plan, dict(speed_of, **{_placement_of(plan)[0]: result["figures"]}))
+        if measured is None or est is None:
             continue
-        _head = _placement_of(plan)[0]
-        est = predict_request(plan, dict(speed_of, **{_head: result["figures"]}))
-        if est is None:
-            continue
-        measured = float(ms) / float(n)
         result["check"].append(
             {
                 "request": i,

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -96,3 +97,31 @@ def test_odd_what_if_figures_fail_naming_the_host(tmp_path, model) -> None:
         result.stdout.split()
     )
     assert not (tmp_path / "plan.json").exists()
+
+
+def test_measured_output_and_head_time_reach_plan_json_and_plan_md(tmp_path, model) -> None:
+    # what-if figures as profile.yml writes them for measured hosts: the output layer's measured
+    # time (cheap on w1), the head's own time a token, a quota'd w3
+    given = {
+        "w1": {"ms_per_layer": 1.0, "rtt_ms": 0.5, "mbit_s": 1000, "output_ms": 3.0},
+        "w2": {"ms_per_layer": 1.0, "rtt_ms": 0.5, "mbit_s": 1000, "output_ms": 8.0},
+        "w3": {"ms_per_layer": 1.0, "rtt_ms": 0.5, "mbit_s": 1000, "output_ms": 8.0, "cpu_quota": 0.1},
+    }
+    inv = yaml.safe_load(Path(inventory(tmp_path, model, given)).read_text(encoding="utf-8"))
+    inv["all"]["children"]["llm_head"]["hosts"]["head1"]["llmfleet_profile"] = {
+        "ms_per_layer": 1.0,
+        "output_ms": 40.0,
+        "token_ms": 9.5,
+    }
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(inv))
+    result = play(tmp_path, str(path), "-e", "llmfleet_plan_objective=speed")
+    assert result.returncode == 0, result.stdout[-3000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["speed"]["token_ms"] == 9.5
+    holder = next(h for h in plan["speed"]["hosts"] if "output_ms" in h)
+    # the measured 3 ms on w1 beats 40 on the head: the output layer goes to w1, priced as given
+    assert holder["name"] == "w1" and holder["output_ms"] == 3.0 and holder["output_priced"] == "figures"
+    md = (tmp_path / "plan.md").read_text()
+    assert "| output layer ms |" in md and "3.0 (figures)" in md
+    assert "The head's own time per token" in md and "9.5 ms" in md

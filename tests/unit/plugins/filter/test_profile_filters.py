@@ -180,6 +180,6 @@ def test_profile_build_measures_the_output_layer_apart_from_a_second_request() -
     assert head["ms_per_layer"] == pytest.approx((on - off) / 6.0, abs=1e-3)
     assert head["token_ms"] == pytest.approx(off, abs=1e-3)
     assert got["token"]["residuals"] == {
-        "off": {"request": 0, "ms": pytest.approx(off, abs=1e-3)},
-        "on": {"request": 1, "ms": pytest.approx(on, abs=1e-3)},
+        "off": {"request": 0, "ms": pytest.approx(off, abs=1e-3), "head_layers": 0},
+        "on": {"request": 1, "ms": pytest.approx(on, abs=1e-3), "head_layers": 0},
     }

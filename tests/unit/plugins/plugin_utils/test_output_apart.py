@@ -206,10 +206,13 @@ def test_a_request_bound_by_a_quota_gives_no_residual() -> None:
 
 def test_a_failed_second_request_keeps_the_first_requests_figures() -> None:
     got = measured(second_timings={"predicted_ms": 0.0, "predicted_n": 0})
-    assert got["output_layers"] is None
-    assert got["token"]["token_ms"] is not None  # the first request still prices the head
+    assert got["output_layers"] is None and got["token"]["token_ms"] is None
+    assert "not measured on a worker" in got["token"]["reason"]
+    # every host keeps its figure from request 1 (the head's from its CPU seconds, as with one
+    # request); no output layer figure is invented
     assert all("ms_per_layer" in got["hosts"][n] for n in ("head", "fast", "nas"))
     assert got["hosts"]["fast"]["cpu_ms_per_layer"] == pytest.approx(FAST_LAYER, abs=1e-3)
+    assert not any("output_ms" in got["hosts"][n] for n in ("head", "fast", "nas"))
 
 
 def test_an_output_layer_that_cost_nothing_is_not_a_figure() -> None:
