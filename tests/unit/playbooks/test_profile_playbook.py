@@ -78,3 +78,28 @@ def test_served_workers_are_measured_at_one_thread_and_put_back_before_llama_ser
         assert play["vars"]["_profile_dropin"].startswith(
             "{{ profile_rpc_dropin_file | default('/run/systemd/"
         )
+
+
+def test_both_measured_requests_are_warmed_up_and_the_second_moves_the_output_layer() -> None:
+    # the first request after llama-server starts on a placement is slower; the two measured
+    # requests (docs/profile.md) each get an unmeasured one before them
+    plays = yaml.safe_load((ROOT / "playbooks" / "profile.yml").read_text())
+    verifies = [
+        (play, role)
+        for play in plays
+        for role in play.get("roles") or []
+        if isinstance(role, dict) and role.get("role") == "llmfleet.cluster.verify"
+    ]
+    assert len(verifies) == 2
+    for _play, role in verifies:
+        assert int(_render(role["verify_warmup_tokens"], {})) > 0
+    # the second goes through the placement with the output layer moved, and only when there is one
+    second_play, second_role = verifies[1]
+    assert "__profile_moved" in second_play["vars"]["llmfleet_plan"]
+    assert "__profile_moved" in second_role["when"]
+    # the verify role sends the warm-up before its first sample, with the key kept out of the log
+    tasks = yaml.safe_load((ROOT / "roles" / "verify" / "tasks" / "measure.yml").read_text())
+    names = [t["name"] for t in tasks]
+    warm = names.index("Warm the placement up (one request, not measured)")
+    assert warm < names.index("Sample before the idle window")
+    assert tasks[warm]["no_log"] is True and "verify_warmup_tokens" in tasks[warm]["when"]
