@@ -15,10 +15,11 @@ description:
     time, over the CPUs it could use at once, over the tokens and the host's layers - the output
     layer counted by its weight), adds the link probe's figures, and returns the new profile with
     each host's fingerprint, the llama.cpp build, the model's sha256 and when it was measured.
-  - With O(moved) (a second request through the same placement with the output layer moved),
-    the output layer's cost is measured apart on the hosts it moved between, a worker's layers are
-    priced from a request in which it held no output layer, and the head gets C(token_ms): what
-    the request's time per token has beyond the time model's other terms (docs/profile.md).
+  - With O(moved) (requests through the same split with the output layer moved), the output
+    layer's cost is measured on each worker that held it, a worker's layers are priced from a
+    request in which it held no output layer, and the head is priced from the requests' wall
+    time - its output layer, its layers and C(token_ms), what a token takes beyond every worker's
+    terms (docs/profile.md).
   - What could not be measured is kept as C(not_measured) sentences naming the host. A zero,
     negative, non-finite figure or a 0 Mbit link fails the filter naming the host.
   - The logic lives in C(plugins/plugin_utils/profile.py).
@@ -49,10 +50,11 @@ options:
     default: {}
   moved:
     description:
-      - The second measuring request - C(plan) (the placement with the output layer moved),
-        C(samples) (host -> samples, as O(_input)) and C(timings). Empty - one request only.
-    type: dict
-    default: {}
+      - The other measuring requests, through the same split with the output layer moved - each
+        with C(plan) (its placement), C(samples) (host -> samples, as O(_input)) and C(timings);
+        one dict or a list (entries with an empty C(plan) are left out). Empty - one request only.
+    type: raw
+    default: []
   previous:
     description: The profile of an earlier run (its hosts are kept when build and model are the same).
     type: dict

@@ -33,15 +33,16 @@ options:
     default: 2
   request:
     description:
-      - C(0) the measuring placement as above; C(1) the first of the two measuring requests (the
-        output layer on the head, moved there when the head can take it); C(2) the second (the
-        output layer on a worker, one without a CPU quota first), an empty dict when the memory
-        figures of the plan fit the output layer on one side only (docs/profile.md).
+      - C(0) the measuring placement as above; C(1) the first measuring request's (the output
+        layer on the head, moved there when the head can take it); C(2) the second's (the output
+        layer on a worker, one without a CPU quota first); C(3) the third's (on the quota'd
+        worker with the most room). An empty dict where the plan's memory figures fit no such
+        placement (docs/profile.md).
     type: int
     default: 0
-    choices: [0, 1, 2]
+    choices: [0, 1, 2, 3]
   quotas:
-    description: Host name -> its CPU quota in CPUs (C(llmfleet_host.cpu_quota)), for O(request=2).
+    description: Host name -> its CPU quota in CPUs (C(llmfleet_host.cpu_quota)), for O(request) 2 and 3.
     type: dict
     default: {}
 """
@@ -66,7 +67,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import (
     MEASURE_LAYERS,
     ProfileError,
-    measuring_pair,
+    measuring_placements,
     measuring_plan,
 )
 
@@ -76,10 +77,10 @@ def profile_measuring_plan(plan, add=None, layers_each=MEASURE_LAYERS, request=0
         measuring = measuring_plan(plan or {}, [str(a) for a in add or []], int(layers_each))
         if int(request) == 0:
             return measuring
-        if int(request) not in (1, 2):
-            raise ProfileError("request must be 0, 1 or 2, got %r" % (request,))
-        pair = measuring_pair(measuring, quotas or {})
-        return pair[int(request) - 1] or {}
+        if int(request) not in (1, 2, 3):
+            raise ProfileError("request must be 0, 1, 2 or 3, got %r" % (request,))
+        placements = measuring_placements(measuring, quotas or {})
+        return placements[int(request) - 1] if int(request) <= len(placements) else {}
     except ProfileError as err:
         raise AnsibleFilterError("profile_measuring_plan: %s" % err) from err
     except (TypeError, ValueError, AttributeError) as err:

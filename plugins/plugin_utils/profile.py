@@ -295,59 +295,66 @@ def _figure(got: Mapping[str, Any], cpu_ms: float, layers: float) -> Dict[str, A
 
 
 def output_apart(
-    first: Mapping[str, Mapping[str, Any]],
-    second: Mapping[str, Mapping[str, Any]],
+    costs: Sequence[Mapping[str, Mapping[str, Any]]],
 ) -> Tuple[Dict[str, Dict[str, Any]], Optional[float]]:
-    """Each worker's figures from two requests that differ only in where the output layer is.
+    """Each worker's figures from requests through the same split that differ only in where the
+    output layer is.
 
-    ``first``, ``second``: :func:`request_costs` of the two measuring placements
-    (:func:`measuring_pair`). On the worker that holds the output layer in one request and not
-    in the other, ``output_cpu_ms`` = its CPU ms per token with it - without it (its repeating
-    layers are the same in both: everything else it does per token cancels). A worker's
-    ``cpu_ms_per_layer`` comes from a request in which it holds repeating layers and no output
-    layer. The head is not priced from its CPU seconds here (llama-server's threads wait on the
-    workers, and what they burn waiting is not its work): :func:`head_figures` prices it from
-    the requests' wall time.
+    ``costs``: :func:`request_costs` of each measuring placement (:func:`measuring_placements`),
+    in order. On a worker that holds the output layer in one request, ``output_cpu_ms`` = its CPU
+    ms per token in that request - in one where it does not hold it (its repeating layers are the
+    same: everything else it does per token cancels). A worker's ``cpu_ms_per_layer`` comes from
+    a request in which it holds repeating layers and no output layer (the most layers). The head
+    is not priced from its CPU seconds here (llama-server's threads burn CPU while they wait on
+    the workers): :func:`head_figures` prices it from the requests' wall time.
 
     Returns (host -> figures or ``reason``, for the workers; the output layer's measured cost in
-    that worker's repeating layers, None when no worker gave it).
+    that worker's repeating layers on the first worker that gave one, None when none did).
     """
     out: Dict[str, Dict[str, Any]] = {}
     per_layer: Dict[str, float] = {}
-    for name in sorted(set(first) | set(second)):
-        a, b = first.get(name) or {}, second.get(name) or {}
-        if (a.get("role") or b.get("role")) != "worker":
+    names = sorted({n for c in costs for n in c})
+    for name in names:
+        rows = [c.get(name) or {} for c in costs]
+        if not any(r.get("role") == "worker" for r in rows):
             continue
-        plain = [r for r in (a, b) if "cpu_ms" in r and r["layers"] > 0 and not r["output"]]
+        plain = [r for r in rows if "cpu_ms" in r and r["layers"] > 0 and not r["output"]]
         if plain:
             best = max(plain, key=lambda r: r["layers"])
             per_layer[name] = best["cpu_ms"] / best["layers"]
             out[name] = _figure(best, per_layer[name], float(best["layers"]))
         else:
-            why = [r["reason"] for r in (a, b) if "reason" in r]
+            why = [r["reason"] for r in rows if "reason" in r]
             out[name] = {
                 "reason": why[0]
                 if why
                 else "not measured: %s: it held no repeating layer without the output layer" % name
             }
     ratio = None
-    for name in sorted(set(first) & set(second)):
-        a, b = first[name], second[name]
-        if name not in per_layer or "cpu_ms" not in a or "cpu_ms" not in b or a["output"] == b["output"]:
-            continue
-        with_it, without = (a, b) if a["output"] else (b, a)
-        cost = (
-            with_it["cpu_ms"] - without["cpu_ms"] - (with_it["layers"] - without["layers"]) * per_layer[name]
-        )
-        if cost * with_it["tokens"] / 1000.0 < MIN_CPU_SECONDS:
-            out[name]["output_reason"] = (
-                "not measured: %s: the output layer added %.3f CPU ms a token (%.3f with it, %.3f without)"
-                % (name, cost, with_it["cpu_ms"], without["cpu_ms"])
+    for c in costs:
+        for name, with_it in sorted(c.items()):
+            if name not in per_layer or "cpu_ms" not in with_it or not with_it["output"]:
+                continue
+            without = next(
+                (r for r in (d.get(name) or {} for d in costs) if "cpu_ms" in r and not r["output"]), None
             )
-            continue
-        out[name]["output_cpu_ms"] = round(cost, 4)
-        out[name]["output_ms"] = round(cost / with_it["parallel"], 4)
-        ratio = cost / per_layer[name]
+            if without is None:
+                continue
+            cost = (
+                with_it["cpu_ms"]
+                - without["cpu_ms"]
+                - (with_it["layers"] - without["layers"]) * per_layer[name]
+            )
+            if cost * with_it["tokens"] / 1000.0 < MIN_CPU_SECONDS:
+                out[name]["output_reason"] = (
+                    "not measured: %s: the output layer added %.3f CPU ms a token (%.3f with it, %.3f without)"
+                    % (name, cost, with_it["cpu_ms"], without["cpu_ms"])
+                )
+                continue
+            out[name]["output_cpu_ms"] = round(cost, 4)
+            out[name]["output_ms"] = round(cost / with_it["parallel"], 4)
+            if ratio is None:
+                ratio = cost / per_layer[name]
     return out, (round(ratio, 3) if ratio is not None else None)
 
 
@@ -523,36 +530,40 @@ def measure(
     facts: Mapping[str, Mapping[str, Any]],
     units: Mapping[str, str],
     links: Mapping[str, Mapping[str, Any]],
-    moved: Optional[Mapping[str, Any]] = None,
+    moved: Any = None,
 ) -> Dict[str, Any]:
-    """Every host's compute figures from the measuring request and, when there was one, the
-    second request with the output layer moved (``moved``: its ``plan``, ``samples``,
+    """Every host's compute figures from the measuring request and, when there were more, the
+    requests with the output layer moved (``moved``: one or a list of ``plan``, ``samples``,
     ``timings``): host -> figures or ``reason`` (the head's from :func:`head_figures`, with
     ``token_ms``), and ``output_layers`` and ``token`` (how the head was priced) for the profile.
     Without a usable second request, every host's figure is the first request's CPU seconds over
     its layers, the output layer counted by its weight (:func:`compute_figures`)."""
     single = compute_figures(plan, samples, timings, facts, units)
-    if not (moved and moved.get("plan")):
+    others = [
+        m for m in ([moved] if isinstance(moved, Mapping) else list(moved or [])) if m and m.get("plan")
+    ]
+    if not others:
         return {"hosts": single, "output_layers": None, "token": None}
-    first = request_costs(plan, samples, timings, facts, units)
-    second = request_costs(
-        moved["plan"], moved.get("samples") or {}, moved.get("timings") or {}, facts, units
-    )
-    workers, ratio = output_apart(first, second)
+    requests = [(plan, timings)] + [(m["plan"], m.get("timings") or {}) for m in others]
+    costs = [request_costs(plan, samples, timings, facts, units)] + [
+        request_costs(m["plan"], m.get("samples") or {}, m.get("timings") or {}, facts, units) for m in others
+    ]
+    first = costs[0]
+    workers, ratio = output_apart(costs)
     figures: Dict[str, Dict[str, Any]] = {}
     for name, fig in single.items():
         got = workers.get(name)
         if got is None:
             figures[name] = fig  # the head, for now
         elif "reason" in got and "ms_per_layer" in fig:
-            # the second request gave nothing for this worker: the first request's figure, its
+            # the other requests gave nothing for this worker: the first request's figure, its
             # output layer (if it held it) priced by weight
             figures[name] = dict(fig, output_reason=got["reason"])
         else:
             figures[name] = got
     head = next((str(h.get("name")) for h in plan.get("hosts") or [] if h.get("role") == "head"), None)
     priced = head_figures(
-        [(plan, timings), (moved["plan"], moved.get("timings") or {})],
+        requests,
         {k: v for k, v in figures.items() if k != head},
         links,
         ratio,
@@ -1030,7 +1041,9 @@ def _total(mib: Mapping[str, Any]) -> float:
 
 
 def output_moved(
-    plan: Mapping[str, Any], quotas: Optional[Mapping[str, Any]] = None
+    plan: Mapping[str, Any],
+    quotas: Optional[Mapping[str, Any]] = None,
+    only: Optional[Sequence[str]] = None,
 ) -> Optional[Dict[str, Any]]:
     """A measuring placement (:func:`measuring_plan`) with the output layer on another host, or
     None when it fits nowhere else.
@@ -1039,15 +1052,15 @@ def output_moved(
     last device's; the ``-ot`` override dropped): a worker without a CPU quota below one CPU
     (``quotas``: host -> its quota) first, so that the request is not bound by a quota, then the
     one with the most room left; output on a worker -> on the head, through the ``-ot``
-    override. Every other host keeps its layers. The memory check is the plan's own figures
+    override. ``only``: the workers it may go to (default every worker of the placement). Every
+    other host keeps its layers. The memory check is the plan's own figures
     (``model.output_mib``, ``output_largest_mib`` and, when llama.cpp would start pipelining,
     ``pipeline_extra_mib`` on every host), against each host's budget (its predicted total +
     headroom): a move that the memory model does not fit is not made."""
     quotas = quotas or {}
 
     def free(name: str) -> bool:
-        q = quotas.get(name)
-        return not isinstance(q, (int, float)) or isinstance(q, bool) or q >= 1.0
+        return not quotad(quotas, name)
 
     model = plan.get("model") or {}
     output_mib = model.get("output_mib")
@@ -1079,7 +1092,7 @@ def output_moved(
             mib["total"] = round(_total(mib), 2)
             budget = _budget(w)
             left = budget - mib["total"] if budget is not None else -1.0
-            if left >= 0:
+            if left >= 0 and (only is None or w["name"] in only):
                 room.append((free(w["name"]), left, w["name"], mib))
         if not room:
             return None
@@ -1140,15 +1153,26 @@ def output_moved(
     return out
 
 
-def measuring_pair(
+def quotad(quotas: Optional[Mapping[str, Any]], name: str) -> bool:
+    """Whether a host runs under a CPU quota below one CPU (its requests may be the quota's)."""
+    q = (quotas or {}).get(name)
+    return isinstance(q, (int, float)) and not isinstance(q, bool) and q < 1.0
+
+
+def measuring_placements(
     measuring: Mapping[str, Any], quotas: Optional[Mapping[str, Any]] = None
-) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
-    """The two measuring placements (docs/profile.md): the first with the output layer on the
-    head (moved there when the served plan has it on a worker and the head can take it), the
-    second with it on a worker (:func:`output_moved`); the second is None when the output layer
-    fits on one side only, and when the plan keeps the output layer on the head
-    (``llmfleet_output_layer: head``: no plan of the fleet puts it elsewhere, so its cost there
-    is not needed)."""
+) -> List[Dict[str, Any]]:
+    """The measuring placements (docs/profile.md), the same split each, the output layer moved:
+
+    1. on the head (moved there when the served plan has it on a worker and the head can take it);
+    2. on a worker (:func:`output_moved`: one without a CPU quota first, so that the request is
+       bound by the chain and prices the head);
+    3. on the quota'd worker with the most room, when that is not the second's: there a quota
+       makes the output layer's cost the fleet's rate, so it is measured, not priced.
+
+    Fewer when the output layer fits on fewer hosts, and only the first when the plan keeps the
+    output layer on the head (``llmfleet_output_layer: head``: no plan of the fleet puts it
+    elsewhere, so its cost there is not needed)."""
     first = dict(measuring)
     options = (first.get("planned_with") or {}).get("options") or {}
     head = next((h for h in first.get("hosts") or [] if h.get("role") == "head"), {})
@@ -1156,11 +1180,28 @@ def measuring_pair(
         first = output_moved(first, quotas) or first
         head = next((h for h in first.get("hosts") or [] if h.get("role") == "head"), {})
         if not head.get("output_layer"):
-            return first, None
+            return [first]
     if options.get("output_layer") == "head":
-        return first, None
+        return [first]
+    out = [first]
     second = output_moved(first, quotas)
-    return first, second
+    if second is None:
+        return out
+    out.append(second)
+    moved_to = second["measuring"]["output_moved_to"]
+    throttled = [w for w in first.get("workers") or [] if quotad(quotas, w) and w != moved_to]
+    third = output_moved(first, quotas, only=throttled) if throttled else None
+    if third is not None:
+        out.append(third)
+    return out
+
+
+def measuring_pair(
+    measuring: Mapping[str, Any], quotas: Optional[Mapping[str, Any]] = None
+) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    """The first two of :func:`measuring_placements` (the second None when there is one)."""
+    got = measuring_placements(measuring, quotas)
+    return got[0], (got[1] if len(got) > 1 else None)
 
 
 def _is_override(args: Sequence[str], i: int) -> bool:

@@ -89,11 +89,16 @@ def test_the_model_needs_two_workers_and_the_default_split_fits() -> None:
     holder = next(h["name"] for h in plan["hosts"] if h["output_layer"])
     assert holder == "llmfleet-uneven-nas", plan["llama_server_args"]
     # and profile.yml can measure the output layer on fast (no quota, so its second request is
-    # bound by the chain and prices the head from wall time: docs/profile.md)
+    # bound by the chain and prices the head from wall time: docs/profile.md)...
     measuring = prof.measuring_plan(plan, ["llmfleet-uneven-wifi"])
-    first, second = prof.measuring_pair(measuring, {w: float(pods[w]["cpus"]) for w in pods})
-    assert next(h for h in first["hosts"] if h["role"] == "head")["output_layer"]
-    assert second is not None and second["measuring"]["output_moved_to"] == "llmfleet-uneven-fast"
+    placements = prof.measuring_placements(measuring, {w: float(pods[w]["cpus"]) for w in pods})
+    assert next(h for h in placements[0]["hosts"] if h["role"] == "head")["output_layer"]
+    # and on nas (its quota makes the output layer's cost the rate of the memory plan and of
+    # llama.cpp's default split: measured, not priced)
+    assert [p["measuring"]["output_moved_to"] for p in placements[1:]] == [
+        "llmfleet-uneven-fast",
+        "llmfleet-uneven-nas",
+    ]
 
     # llama.cpp's default split: every CPU device reports the machine's RAM, so equal shares over
     # the --rpc devices (inventory order); the output layer on the last one

@@ -363,3 +363,47 @@ def test_a_fleet_that_keeps_the_output_on_the_head_is_measured_once() -> None:
     p["planned_with"] = {"options": {"output_layer": "head"}}
     first, second = prof.measuring_pair(p)
     assert second is None and first["llama_server_args"] == p["llama_server_args"]
+
+
+def test_a_quota_d_worker_with_room_gets_a_request_of_its_own() -> None:
+    # fast (no quota) takes the output layer in request 2; nas (a quarter of a CPU) in request 3
+    p = served(output_on_head=True)
+    p["hosts"][1]["headroom_mib"] = 400.0
+    placements = prof.measuring_placements(p, {"nas": 0.25, "fast": 1.0})
+    assert [x["measuring"].get("output_moved_to") for x in placements[1:]] == ["fast", "nas"]
+    # the same split in all three
+    for x in placements:
+        assert x["llama_server_args"][x["llama_server_args"].index("--tensor-split") + 1] == "9,10"
+    # without a quota'd worker, or when the quota'd one is the second's, no third
+    assert len(prof.measuring_placements(p, {})) == 2
+    p["hosts"][1]["headroom_mib"] = 60.0
+    assert len(prof.measuring_placements(p, {"nas": 0.25})) == 2
+
+
+def test_three_requests_measure_the_output_layer_on_the_quota_d_worker_too() -> None:
+    # request 3: the output layer on nas costs 22 CPU ms a token there (fast's ratio, 20 layers,
+    # at nas's 1.5 ms a layer would price it at 30: the quota makes that 4x worse in the cap)
+    p3 = plan("head")
+    p3["hosts"][0]["output_layer"] = False
+    p3["hosts"][1]["output_layer"] = True
+    p3["workers"] = ["fast", "nas"]
+    p3["hosts"] = [p3["hosts"][0], p3["hosts"][2], p3["hosts"][1]]
+    third = {
+        "plan": p3,
+        "samples": dict(samples("head"), nas=window("rpc-server", 2 * NAS_LAYER + 22.0)),
+        "timings": {"prompt_ms": 0.0, "predicted_ms": 100.0 * TOKENS, "predicted_n": TOKENS},
+    }
+    second = {"plan": plan("fast"), "samples": samples("fast"), "timings": timings("fast")}
+    got = prof.measure(plan("head"), samples("head"), timings("head"), FACTS, UNITS, LINKS, [second, third])
+    assert got["hosts"]["nas"]["output_cpu_ms"] == pytest.approx(22.0, abs=1e-3)
+    assert got["hosts"]["fast"]["output_cpu_ms"] == pytest.approx(FAST_OUTPUT, abs=1e-3)
+    # the ratio is the first worker's (fast, request 2); the head still from requests 1 and 2
+    assert got["output_layers"] == pytest.approx(FAST_OUTPUT / FAST_LAYER, abs=1e-3)
+    assert got["hosts"]["head"]["token_ms"] == pytest.approx(HEAD_OWN, abs=2e-3)
+    check = {c["request"]: c for c in got["token"]["check"]}[2]
+    assert check["bound_by"] == "quota" and check["predicted_ms_per_token"] == pytest.approx(
+        (2 * NAS_LAYER + 22.0) / 0.25, abs=0.01
+    )
+    # and speeds() hands nas its measured figure, not the ratio's
+    use = prof.speeds(["head", "fast", "nas"], "head", made_profile(got), FACTS, {}, "b0c1e570", SHA)
+    assert use["speed"]["nas"]["output_cpu_ms"] == pytest.approx(22.0, abs=1e-3)
