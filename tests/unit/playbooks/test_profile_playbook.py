@@ -103,3 +103,23 @@ def test_every_measured_request_is_warmed_up_and_the_others_move_the_output_laye
     warm = names.index("Warm the placement up (one request, not measured)")
     assert warm < names.index("Sample before the idle window")
     assert tasks[warm]["no_log"] is True and "verify_warmup_tokens" in tasks[warm]["when"]
+
+
+def test_the_profile_is_built_with_every_argument_the_filter_needs() -> None:
+    # an edit once dropped facts=, units= and links= from the call: the play failed at its end
+    import inspect
+
+    from ansible_collections.llmfleet.cluster.plugins.filter.profile_build import profile_build
+
+    plays = yaml.safe_load((ROOT / "playbooks" / "profile.yml").read_text())
+    task = next(
+        t
+        for play in plays
+        for t in play.get("tasks") or []
+        if t.get("name") == "Turn the samples and the links into the profile"
+    )
+    call = task["ansible.builtin.set_fact"]["__profile"]
+    params = list(inspect.signature(profile_build).parameters)
+    assert params[0] == "samples"  # the filter's input
+    for name in params[1:]:
+        assert f"{name}=" in call, f"profile_build is called without {name}="
