@@ -252,6 +252,7 @@ def compute_figures(
     timings: Mapping[str, Any],
     facts: Mapping[str, Mapping[str, Any]],
     units: Mapping[str, str],
+    costs: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> Dict[str, Dict[str, Any]]:
     """Each planned host's ms per layer per token from ONE measured request (no second request
     with the output layer moved: :func:`output_apart` does better when there is one).
@@ -261,11 +262,13 @@ def compute_figures(
     unthrottled time. A CFS quota is not divided in: it is recorded as ``cpu_quota`` and the
     time model caps the rate with it (a host that used 1.4 % of a CPU under a 0.25 quota was never
     throttled: its time is its CPU time). The output layer's holder counts it by its weight in
-    layers (:func:`_layer_equivalents`).
+    layers (:func:`_layer_equivalents`). ``costs``: the request's :func:`request_costs`, when the
+    caller has them already.
     """
     plan_hosts = [h for h in plan.get("hosts") or [] if isinstance(h, dict)]
     equivalents = _layer_equivalents(plan_hosts, bool((plan.get("model") or {}).get("tied_output", True)))
-    costs = request_costs(plan, samples, timings, facts, units)
+    if costs is None:
+        costs = request_costs(plan, samples, timings, facts, units)
     out: Dict[str, Dict[str, Any]] = {}
     for name, got in costs.items():
         layers = equivalents.get(name, 0.0)
@@ -538,17 +541,17 @@ def measure(
     ``token_ms``), and ``output_layers`` and ``token`` (how the head was priced) for the profile.
     Without a usable second request, every host's figure is the first request's CPU seconds over
     its layers, the output layer counted by its weight (:func:`compute_figures`)."""
-    single = compute_figures(plan, samples, timings, facts, units)
+    first = request_costs(plan, samples, timings, facts, units)
+    single = compute_figures(plan, samples, timings, facts, units, first)
     others = [
         m for m in ([moved] if isinstance(moved, Mapping) else list(moved or [])) if m and m.get("plan")
     ]
     if not others:
         return {"hosts": single, "output_layers": None, "token": None}
     requests = [(plan, timings)] + [(m["plan"], m.get("timings") or {}) for m in others]
-    costs = [request_costs(plan, samples, timings, facts, units)] + [
+    costs = [first] + [
         request_costs(m["plan"], m.get("samples") or {}, m.get("timings") or {}, facts, units) for m in others
     ]
-    first = costs[0]
     workers, ratio = output_apart(costs)
     figures: Dict[str, Dict[str, Any]] = {}
     for name, fig in single.items():
