@@ -118,6 +118,12 @@ def check_figure(host: str, key: str, value: Any, where: str) -> float:
 # --------------------------------------------------------------------------- compute cost
 
 
+def _layer_count(h: Mapping[str, Any]) -> int:
+    """The repeating layers a plan row holds (its ``layers`` [first, last))."""
+    first, last = (h.get("layers") or [0, 0])[:2]
+    return max(0, int(last) - int(first))
+
+
 def _layer_equivalents(plan_hosts: Sequence[Mapping[str, Any]], tied_output: bool = True) -> Dict[str, float]:
     """Per host: its repeating layers, plus the output layer counted by its weight in layers.
 
@@ -127,15 +133,14 @@ def _layer_equivalents(plan_hosts: Sequence[Mapping[str, Any]], tied_output: boo
     token embedding, a lookup and no work) are left out."""
     per_layer = []
     for h in plan_hosts:
-        first, last = (h.get("layers") or [0, 0])[:2]
+        held = _layer_count(h)
         weights = (h.get("predicted_mib") or {}).get("weights")
-        if h.get("role") == "worker" and not h.get("output_layer") and last > first and weights:
-            per_layer.append(float(weights) / (last - first))
+        if h.get("role") == "worker" and not h.get("output_layer") and held and weights:
+            per_layer.append(float(weights) / held)
     avg = sum(per_layer) / len(per_layer) if per_layer else None
     out = {}
     for h in plan_hosts:
-        first, last = (h.get("layers") or [0, 0])[:2]
-        count = float(max(0, last - first))
+        count = float(_layer_count(h))
         if h.get("output_layer"):
             weights = (h.get("predicted_mib") or {}).get("weights")
             extra = 1.0
@@ -185,8 +190,7 @@ def request_costs(
         def fail(why: str, name: str = name) -> None:
             out[name] = {"reason": "not measured: %s: %s" % (name, why)}
 
-        first, last = (h.get("layers") or [0, 0])[:2]
-        layers = max(0, int(last) - int(first))
+        layers = _layer_count(h)
         if layers <= 0 and not h.get("output_layer") and role != "head":
             # (the head works every token: its CPU is measured even without layers)
             fail("holds no layers in the plan")
@@ -367,17 +371,12 @@ def _placement_of(plan: Mapping[str, Any]) -> Tuple[str, List[str], int, List[in
     used = set(plan.get("workers") or [])
     head = next(h for h in hosts if h.get("role") == "head")
     workers = [h for h in hosts if h.get("role") == "worker" and h.get("name") in used]
-
-    def count(h: Mapping[str, Any]) -> int:
-        first, last = (h.get("layers") or [0, 0])[:2]
-        return max(0, int(last) - int(first))
-
     on_head = bool(head.get("output_layer")) or not any(w.get("output_layer") for w in workers)
     return (
         str(head["name"]),
         [str(w["name"]) for w in workers],
-        count(head),
-        [count(w) for w in workers],
+        _layer_count(head),
+        [_layer_count(w) for w in workers],
         on_head,
     )
 
@@ -885,9 +884,9 @@ def measuring_plan(
     devices = [by_endpoint.get(e) for e in split.get("rpc", "").split(",") if e]
     if None in devices:
         raise ProfileError("the plan's --rpc %r names an endpoint that no worker has" % split.get("rpc"))
-    counts = [max(0, (d.get("layers") or [0, 0])[1] - (d.get("layers") or [0, 0])[0]) for d in devices]
+    counts = [_layer_count(d) for d in devices]
     outputs = [bool(d.get("output_layer")) for d in devices]
-    head_layers = max(0, (head.get("layers") or [0, 0])[1] - (head.get("layers") or [0, 0])[0])
+    head_layers = _layer_count(head)
     # the average repeating layer's weights (for the new split's predicted_mib.weights)
     per = [
         float((d.get("predicted_mib") or {}).get("weights") or 0) / c
@@ -982,7 +981,7 @@ def measuring_plan(
         raise ProfileError("the measuring split %s does not give the layers %s" % (ts, all_counts))
     out = copy.deepcopy(dict(plan))
     head_mib = dict(head.get("predicted_mib") or {})
-    lost = (max(0, (head.get("layers") or [0, 0])[1] - (head.get("layers") or [0, 0])[0]) - head_layers) * avg
+    lost = (_layer_count(head) - head_layers) * avg
     if "weights" in head_mib:
         head_mib["weights"] = round(float(head_mib["weights"]) - lost, 2)
     head = dict(head, layers=[0, head_layers], predicted_mib=head_mib)
@@ -996,7 +995,7 @@ def measuring_plan(
             h["serving_threads"] = h.get("threads")
             h["threads"] = MEASURE_THREADS
         mib = dict(h.get("predicted_mib") or {})
-        old = (h.get("layers") or [0, 0])[1] - (h.get("layers") or [0, 0])[0] if h.get("layers") else 0
+        old = _layer_count(h)
         extra = float(mib.get("weights") or 0) - old * avg if h.get("output_layer") else 0.0
         mib["weights"] = round(c * avg + max(0.0, extra), 2)
         grown = topped.get(h.get("name"))
@@ -1025,9 +1024,6 @@ def measuring_plan(
         "worker_threads": MEASURE_THREADS,
     }
     return out
-
-
-OUTPUT_ON_HEAD = OUTPUT_ON_HEAD_ARGS
 
 
 def _budget(h: Mapping[str, Any]) -> Optional[float]:
@@ -1078,7 +1074,7 @@ def output_moved(
     on_head = bool(head.get("output_layer"))
     out = copy.deepcopy(dict(plan))
     if on_head:
-        head_layers = (head.get("layers") or [0, 0])[1] - (head.get("layers") or [0, 0])[0]
+        head_layers = _layer_count(head)
         pipelined = len(used) > 1 and head_layers == 0
         extra = float(model.get("pipeline_extra_mib") or 0.0) if pipelined else 0.0
         for h in [head, *used]:
@@ -1104,14 +1100,14 @@ def output_moved(
         first = head_layers
         placed = []
         for w in order:
-            count = (w.get("layers") or [0, 0])[1] - (w.get("layers") or [0, 0])[0]
+            count = _layer_count(w)
             w = dict(w, layers=[first, first + count], output_layer=w["name"] == name)
             if w["name"] == name:
                 w["predicted_mib"] = mib
             first += count
             placed.append(w)
         head["output_layer"] = False
-        counts = [(w["layers"][1] - w["layers"][0]) for w in placed]
+        counts = [_layer_count(w) for w in placed]
         ts = [float(c) for c in counts]
         ts[-1] += 1.0
         rest = [a for i, a in enumerate(rest) if not _is_override(rest, i)]
@@ -1146,7 +1142,7 @@ def output_moved(
             "-ngl",
             split.get("ngl", ""),
         ]
-        rest = [*OUTPUT_ON_HEAD, *rest]
+        rest = [*OUTPUT_ON_HEAD_ARGS, *rest]
         moved_to = head["name"]
     others = [h for h in hosts if h.get("role") == "worker" and h not in used]
     out["hosts"] = [head, *placed, *others]
@@ -1199,20 +1195,12 @@ def measuring_placements(
     return out
 
 
-def measuring_pair(
-    measuring: Mapping[str, Any], quotas: Optional[Mapping[str, Any]] = None
-) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
-    """The first two of :func:`measuring_placements` (the second None when there is one)."""
-    got = measuring_placements(measuring, quotas)
-    return got[0], (got[1] if len(got) > 1 else None)
-
-
 def _is_override(args: Sequence[str], i: int) -> bool:
     """Whether args[i] is the output-on-head override or its value."""
     here = str(args[i])
-    if here == OUTPUT_ON_HEAD[0] and i + 1 < len(args) and str(args[i + 1]) == OUTPUT_ON_HEAD[1]:
+    if here == OUTPUT_ON_HEAD_ARGS[0] and i + 1 < len(args) and str(args[i + 1]) == OUTPUT_ON_HEAD_ARGS[1]:
         return True
-    return here == OUTPUT_ON_HEAD[1] and i > 0 and str(args[i - 1]) == OUTPUT_ON_HEAD[0]
+    return here == OUTPUT_ON_HEAD_ARGS[1] and i > 0 and str(args[i - 1]) == OUTPUT_ON_HEAD_ARGS[0]
 
 
 PROFILE_DROPIN = "/run/systemd/system/llmfleet-rpc-server.service.d/50-llmfleet-profile-threads.conf"

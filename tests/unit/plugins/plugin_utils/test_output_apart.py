@@ -339,12 +339,11 @@ def test_no_room_anywhere_moves_nothing() -> None:
 
 
 def test_the_pair_puts_the_output_on_the_head_first_and_on_a_worker_second() -> None:
-    first, second = prof.measuring_pair(served(output_on_head=False), {"nas": 0.25})
+    first, second = prof.measuring_placements(served(output_on_head=False), {"nas": 0.25})
     assert {h["name"]: h["output_layer"] for h in first["hosts"]}["head"]
-    assert second is not None and {h["name"]: h["output_layer"] for h in second["hosts"]}["nas"]
+    assert {h["name"]: h["output_layer"] for h in second["hosts"]}["nas"]
     # no room on any worker: one request only
-    first, second = prof.measuring_pair(served(output_on_head=True, nas_headroom=50.0))
-    assert second is None
+    assert len(prof.measuring_placements(served(output_on_head=True, nas_headroom=50.0))) == 1
 
 
 def test_the_output_layer_moves_from_a_worker_to_the_head() -> None:
@@ -361,8 +360,8 @@ def test_the_output_layer_moves_from_a_worker_to_the_head() -> None:
 def test_a_fleet_that_keeps_the_output_on_the_head_is_measured_once() -> None:
     p = served(output_on_head=True)
     p["planned_with"] = {"options": {"output_layer": "head"}}
-    first, second = prof.measuring_pair(p)
-    assert second is None and first["llama_server_args"] == p["llama_server_args"]
+    placements = prof.measuring_placements(p)
+    assert len(placements) == 1 and placements[0]["llama_server_args"] == p["llama_server_args"]
 
 
 def test_a_quota_d_worker_with_room_gets_a_request_of_its_own() -> None:
