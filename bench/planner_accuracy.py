@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.join(os.environ.get("CACHE", os.path.join(ROOT, ".cac
 import contextlib
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import PlacementError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import PlacementError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed_search import make_plan
 
 MIB = 1024 * 1024

@@ -24,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.environ.get("CACHE", os.path.join(ROOT, ".cache")), "collections"))
 
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import PlacementError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import PlacementError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed_search import make_plan
 
 MIB = 1024 * 1024

@@ -46,9 +46,10 @@ CACHE = os.environ.get("CACHE", os.path.join(ROOT, ".cache"))
 sys.path.insert(0, os.path.join(CACHE, "collections"))
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile as prof
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Model
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import Figures, estimate, figures_of
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import assign_slots
 
 PLAN_FILE = "/etc/llmfleet/plan.json"
 UNIT = "llmfleet-llama-server.service"
@@ -166,9 +167,9 @@ def default_split_prediction(layout: dict, plan: dict, head: str, workers: list[
     """The time model for llama.cpp's own split: equal shares over the --rpc devices in this
     order, the output layer on the last one (assign_slots, as placement.py models llama.cpp;
     -ngl 99: no layer on the head's CPU)."""
-    model = P.Model.from_layout(layout)
+    model = Model.from_layout(layout)
     n = model.n_layer
-    slots = P.assign_slots([1.0] * len(workers), n, n + 1)
+    slots = assign_slots([1.0] * len(workers), n, n + 1)
     counts = [slots[:n].count(i) for i in range(len(workers))]
     missing = [w for w in [head, *workers] if w not in figs]
     if missing:

@@ -91,10 +91,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import (
-    PlacementError,
-    render_table,
-)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import PlacementError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render import render_table
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed_search import make_plan
 
 

@@ -64,12 +64,12 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import (
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.measuring import (
     MEASURE_LAYERS,
-    ProfileError,
     measuring_placements,
     measuring_plan,
 )
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import ProfileError
 
 
 def profile_measuring_plan(plan, add=None, layers_each=MEASURE_LAYERS, request=0, quotas=None):

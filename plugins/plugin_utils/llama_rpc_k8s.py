@@ -24,7 +24,7 @@ import os
 import re
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.hostinfo import KUBE_ARCH, release_flavour
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import budget_mib
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import budget_mib
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.targets import SERVERS
 
 _SERVER = SERVERS["llama_rpc"]

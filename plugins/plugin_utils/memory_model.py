@@ -24,14 +24,8 @@ from __future__ import absolute_import, annotations, division, print_function
 import dataclasses
 from typing import Dict, List, Optional, Tuple
 
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import (
-    CACHE_TYPES,
-    KV_PAD,
-    MIB,
-    Host,
-    Model,
-    Options,
-)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import CACHE_TYPES, KV_PAD, MIB
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Host, Model, Options
 
 __metaclass__ = type
 

@@ -15,11 +15,11 @@ tensor split is greater than ``(il - cpu_slots) / ngl``. Token embeddings always
 
 The memory model (calibrated against one llama.cpp commit) is memory_model.py's docstring.
 
-Split by concern, each its own module re-exported here (``placement.X`` keeps working):
-placement_hosts.py (inputs and constants), split_rule.py (llama.cpp's rule), memory_model.py
-(the calibrated memory model), placement_search.py (the fewest hosts that fit), placement_render.py
-(rows, table, arguments, vLLM stages); this file keeps the plan itself: keep-previous, the
-fallbacks and make_plan.
+Split by concern, each its own module (import a name from the module that defines it):
+constants.py (limits and defaults), placement_hosts.py (the inputs), split_rule.py (llama.cpp's
+rule), memory_model.py (the calibrated memory model), placement_search.py (the fewest hosts that
+fit), placement_render.py (rows, table, llama-server's arguments, vLLM stages); this file keeps the
+plan itself: keep-previous, the fallbacks and make_plan.
 """
 
 from __future__ import absolute_import, annotations, division, print_function
@@ -28,149 +28,31 @@ import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import calibration, targets
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import (
-    Placement,
-    Prediction,
-    _Costs,
-    _mask_bytes,
-    _pad,
-    _pp_extra,
-    _row_bytes,
-    head_compute_bytes,
-    kv_bytes,
-    kv_cells,
-    output_only_compute_bytes,
-    pipelined,
-    predict_head,
-    predict_worker,
-    worker_compute_bytes,
-)
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import (
-    CACHE_TYPES,
-    COMPUTE_SLACK_MIB,
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import (
     DEFAULT_RESERVE_MIB,
     DEFAULT_RPC_PORT,
-    HEAD_PROCESS_MIB,
-    KV_PAD,
-    MAX_EXACT_WORKERS,
-    MAX_ORDERS,
     MIB,
-    PP_COPIES,
-    WORKER_PROCESS_MIB,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import Placement, _pp_extra
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import (
     Host,
     Model,
     Options,
     PlacementError,
-    _relative_speed,
-    budget_mib,
     hosts_from_dicts,
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import (
     check_options,
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render import (
-    _rows,
-    _vllm_stages,
-    llama_args,
     plan_entry,
     render_table,
     vllm_partition,
     vllm_spread,
 )
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_search import (
-    _balanced,
-    _explain,
-    _fill,
-    _head_layers,
-    _head_layers_uncached,
-    _orders,
-    _output_choices,
-    _predict_all,
-    _refusal,
-    _subsets,
-    may_fit,
-    place,
-)
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import (
-    _f32,
-    assign_slots,
-    tensor_split_for,
-    verify_split,
-)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_search import place
 
 __metaclass__ = type
-
-# Everything the split modules define stays reachable as placement.<name>.
-__all__ = [
-    "CACHE_TYPES",
-    "COMPUTE_SLACK_MIB",
-    "DEFAULT_RESERVE_MIB",
-    "DEFAULT_RPC_PORT",
-    "HEAD_PROCESS_MIB",
-    "KV_PAD",
-    "MAX_EXACT_WORKERS",
-    "MAX_ORDERS",
-    "MIB",
-    "NOT_NEEDED",
-    "PP_COPIES",
-    "WORKER_PROCESS_MIB",
-    "Annotate",
-    "Host",
-    "Model",
-    "Options",
-    "Placement",
-    "PlacementError",
-    "Placer",
-    "Prediction",
-    "_Costs",
-    "_balanced",
-    "_basename",
-    "_changed_inputs",
-    "_explain",
-    "_f32",
-    "_fill",
-    "_head_layers",
-    "_head_layers_uncached",
-    "_mask_bytes",
-    "_orders",
-    "_output_choices",
-    "_pad",
-    "_pp_extra",
-    "_predict_all",
-    "_refusal",
-    "_relative_speed",
-    "_row_bytes",
-    "_rows",
-    "_subsets",
-    "_vllm_stages",
-    "assign_slots",
-    "budget_mib",
-    "fallback_plans",
-    "head_compute_bytes",
-    "host_from_fact",
-    "hosts_from_dicts",
-    "keep_previous",
-    "kv_bytes",
-    "kv_cells",
-    "llama_args",
-    "make_plan",
-    "may_fit",
-    "memory_placer",
-    "output_only_compute_bytes",
-    "pipelined",
-    "place",
-    "plan_entry",
-    "plan_llama_cpp",
-    "planned_with",
-    "predict_head",
-    "predict_worker",
-    "render_table",
-    "tensor_split_for",
-    "verify_split",
-    "vllm_partition",
-    "vllm_spread",
-    "worker_compute_bytes",
-]
 
 
 # A placement strategy: (model, head, candidate workers, options) -> (placement, reasons, reasons

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: llmfleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The placement's inputs: the hosts, the options, the model's layout and the shared constants
-(pure).
+"""The placement's inputs: the hosts, the options and the model's layout (pure; the constants are
+constants.py's).
 """
 
 from __future__ import absolute_import, annotations, division, print_function
@@ -11,40 +11,16 @@ import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import calibration
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import (
+    CACHE_TYPES,
+    DEFAULT_RESERVE_MIB,
+    DEFAULT_RPC_PORT,
+)
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import (
     check_hosts,
 )
 
 __metaclass__ = type
-
-
-MIB = 1024 * 1024
-KV_PAD = 256
-# The calibrated constants of the default build (calibration.py keys them by llama.cpp build; the
-# memory model reads ``Options.calibration``, these names stay for readers of the default).
-_DEFAULT_CALIBRATION = calibration.CALIBRATIONS[calibration.DEFAULT_BUILD]
-WORKER_PROCESS_MIB = _DEFAULT_CALIBRATION.worker_process_mib
-HEAD_PROCESS_MIB = _DEFAULT_CALIBRATION.head_process_mib
-COMPUTE_SLACK_MIB = _DEFAULT_CALIBRATION.compute_slack_mib
-PP_COPIES = _DEFAULT_CALIBRATION.pp_copies
-DEFAULT_RPC_PORT = 50052
-DEFAULT_RESERVE_MIB = 64
-# Search limits: subsets of more workers than this are chosen greedily, orders beyond this count
-# are not enumerated (the speed order and the output choice are still tried).
-MAX_EXACT_WORKERS = 10
-MAX_ORDERS = 120
-
-CACHE_TYPES: Dict[str, Tuple[int, int]] = {
-    "f32": (1, 4),
-    "f16": (1, 2),
-    "bf16": (1, 2),
-    "q8_0": (32, 34),
-    "q4_0": (32, 18),
-    "q4_1": (32, 20),
-    "iq4_nl": (32, 18),
-    "q5_0": (32, 22),
-    "q5_1": (32, 24),
-}
 
 
 class PlacementError(Exception):

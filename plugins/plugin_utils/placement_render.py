@@ -8,19 +8,15 @@
 from __future__ import absolute_import, annotations, division, print_function
 
 import math
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import MIB
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import (
     Placement,
     Prediction,
     kv_bytes,
 )
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import (
-    MIB,
-    Host,
-    Model,
-    Options,
-)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Host, Model, Options
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import (
     tensor_split_for,
     verify_split,
@@ -116,35 +112,58 @@ def render_table(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def llama_args(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:
-    """--rpc, --tensor-split, -ngl, -sm, -ot, -c, -np for a placement (checked against the rule)."""
-    n = model.n_layer
-    args: List[str] = []
-    rpc = ",".join(h.endpoint or "" for h in p.workers)
-    ts = ""
-    slot_counts: List[int] = []
-    if p.workers:
-        ngl = n + 1 - p.head_layers
-        slot_counts = list(p.worker_layers)
-        slot_counts[-1] += 1  # the output slot goes to the last device with a share
-        ts = tensor_split_for(slot_counts)
-        verify_split(ts, slot_counts, n, ngl)
-        args += ["--rpc", rpc, "--tensor-split", ts, "-ngl", str(ngl), "-sm", "layer"]
-        if p.output_on_head:
-            args += list(OUTPUT_ON_HEAD_ARGS)
-    else:
-        args += ["-ngl", "0"]
-    args += ["-c", str(opts.context), "-np", str(opts.parallel)]
+def split_args(
+    endpoints: Sequence[str], head_layers: int, worker_layers: Sequence[int], output_on_head: bool
+) -> List[str]:
+    """llama-server's placement arguments, built here and nowhere else (the plan, its fallbacks,
+    profile's measuring placements): ``--rpc`` (the workers' endpoints in order),
+    ``--tensor-split`` (each worker's repeating layers, the output slot on the last one), ``-ngl``
+    (every slot but the head's layers), ``-sm layer`` and, with the output layer on the head, the
+    override that keeps it there; ``-ngl 0`` with no worker. The split is checked against
+    llama.cpp's rule (split_rule.verify_split) before it is returned."""
+    if not endpoints:
+        return ["-ngl", "0"]
+    if len(endpoints) != len(worker_layers):
+        raise ValueError("%d endpoints for %d layer counts" % (len(endpoints), len(worker_layers)))
+    n_layer = head_layers + sum(worker_layers)
+    ngl = n_layer + 1 - head_layers
+    slot_counts = list(worker_layers)
+    slot_counts[-1] += 1  # the output slot goes to the last device with a share
+    ts = tensor_split_for(slot_counts)
+    verify_split(ts, slot_counts, n_layer, ngl)
+    args = ["--rpc", ",".join(endpoints), "--tensor-split", ts, "-ngl", str(ngl), "-sm", "layer"]
+    if output_on_head:
+        args += list(OUTPUT_ON_HEAD_ARGS)
+    return args
+
+
+def option_args(opts: Options) -> List[str]:
+    """llama-server's arguments that do not depend on the split: context, slots, cache types."""
+    args = ["-c", str(opts.context), "-np", str(opts.parallel)]
     if opts.cache_type_k != "f16":
         args += ["--cache-type-k", opts.cache_type_k]
     if opts.cache_type_v != "f16":
         args += ["--cache-type-v", opts.cache_type_v]
+    return args
+
+
+def llama_args(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:
+    """The plan's argument fields for a placement: :func:`split_args` + :func:`option_args`."""
+    if p.head_layers + sum(p.worker_layers) != model.n_layer:
+        raise ValueError(
+            "the placement holds %d layers of %d" % (p.head_layers + sum(p.worker_layers), model.n_layer)
+        )
+    endpoints = [h.endpoint or "" for h in p.workers]
+    args = split_args(endpoints, p.head_layers, p.worker_layers, p.output_on_head)
+    slot_counts = list(p.worker_layers)
+    if slot_counts:
+        slot_counts[-1] += 1
     return {
-        "rpc": rpc,
-        "tensor_split": ts,
+        "rpc": ",".join(endpoints),
+        "tensor_split": tensor_split_for(slot_counts) if slot_counts else "",
         "layer_counts": list(p.worker_layers),
         "slot_counts": slot_counts,
-        "llama_server_args": args,
+        "llama_server_args": args + option_args(opts),
     }
 
 

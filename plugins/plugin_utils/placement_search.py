@@ -11,6 +11,11 @@ import itertools
 import math
 from typing import List, Optional, Sequence, Tuple
 
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import (
+    MEMORY_EXACT_WORKERS,
+    MEMORY_MAX_ORDERS,
+    MIB,
+)
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import (
     Placement,
     Prediction,
@@ -20,9 +25,6 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model impo
     predict_worker,
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import (
-    MAX_EXACT_WORKERS,
-    MAX_ORDERS,
-    MIB,
     Host,
     Model,
     Options,
@@ -171,9 +173,9 @@ def _balanced(costs: _Costs, head: Host, workers: List[Host], output_on_head: bo
     return placement if placement.fits() else None
 
 
-def _orders(workers: Sequence[Host]) -> List[List[Host]]:
+def _memory_orders(workers: Sequence[Host]) -> List[List[Host]]:
     """Candidate --rpc orders for one set of workers: each worker as the last (output) one, the
-    others fastest first; then other permutations up to MAX_ORDERS."""
+    others fastest first; then other permutations up to MEMORY_MAX_ORDERS."""
     base = sorted(workers, key=lambda h: h.rank)
     by_room = sorted(base, key=lambda h: (-h.budget_mib, h.rank))
     seen: List[Tuple[str, ...]] = []
@@ -186,7 +188,7 @@ def _orders(workers: Sequence[Host]) -> List[List[Host]]:
             out.append(order)
     if len(base) <= 4:
         for perm in itertools.permutations(base):
-            if len(out) >= MAX_ORDERS:
+            if len(out) >= MEMORY_MAX_ORDERS:
                 break
             key = tuple(h.name for h in perm)
             if key not in seen:
@@ -197,7 +199,7 @@ def _orders(workers: Sequence[Host]) -> List[List[Host]]:
 
 def _subsets(workers: List[Host], size: int) -> List[Tuple[Host, ...]]:
     ranked = sorted(workers, key=lambda h: h.rank)
-    if len(ranked) > MAX_EXACT_WORKERS:
+    if len(ranked) > MEMORY_EXACT_WORKERS:
         return [tuple(ranked[:size]), tuple(sorted(ranked, key=lambda h: -h.budget_mib)[:size])]
     combos = list(itertools.combinations(ranked, size))
     index = {h.name: i for i, h in enumerate(ranked)}
@@ -205,7 +207,7 @@ def _subsets(workers: List[Host], size: int) -> List[Tuple[Host, ...]]:
     return combos
 
 
-def _output_choices(opts: Options) -> List[bool]:
+def _memory_output_choices(opts: Options) -> List[bool]:
     if opts.output_layer == "head":
         return [True]
     if opts.output_layer == "worker":
@@ -221,24 +223,24 @@ def place(model: Model, head: Host, workers: List[Host], opts: Options) -> Tuple
     reasons: List[str] = []
     for size in range(min(max(opts.min_workers, 0), len(workers)), len(workers) + 1):
         # within one size: the preferred output placement first, then the fastest subset
-        for output_on_head in _output_choices(opts) if size else [True]:
+        for output_on_head in _memory_output_choices(opts) if size else [True]:
             for subset in _subsets(workers, size) if size else [()]:
                 if size and not may_fit(costs, head, subset):
                     continue
                 best: Optional[Placement] = None
-                for order in _orders(subset) if size else [[]]:
+                for order in _memory_orders(subset) if size else [[]]:
                     got = _balanced(costs, head, order, output_on_head)
                     if got is not None and (
                         best is None or got.min_headroom_ratio() > best.min_headroom_ratio() + 1e-9
                     ):
                         best = got
                 if best is not None:
-                    reasons.extend(_explain(best, workers, opts))
+                    reasons.extend(_explain_memory(best, workers, opts))
                     return best, reasons
-    raise _refusal(model, head, workers, opts)
+    raise _memory_refusal(model, head, workers, opts)
 
 
-def _explain(p: Placement, candidates: List[Host], opts: Options) -> List[str]:
+def _explain_memory(p: Placement, candidates: List[Host], opts: Options) -> List[str]:
     out: List[str] = []
     used = {h.name for h in p.workers}
     if not p.workers:
@@ -266,7 +268,7 @@ def _explain(p: Placement, candidates: List[Host], opts: Options) -> List[str]:
     return out
 
 
-def _refusal(model: Model, head: Host, workers: List[Host], opts: Options) -> PlacementError:
+def _memory_refusal(model: Model, head: Host, workers: List[Host], opts: Options) -> PlacementError:
     """The error for a fleet that cannot hold the model: the best attempt on all hosts."""
     order = sorted(workers, key=lambda h: h.rank)
     if order:

@@ -20,28 +20,17 @@ Controller only. Three steps:
 
 from __future__ import annotations
 
-import copy
 import math
-from types import SimpleNamespace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render import OUTPUT_ON_HEAD_ARGS
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import SPEED_LIMITS
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanError
 
 # 2: the output layer measured apart (output_ms, output_cpu_ms), the head's token_ms; a version 1
 # profile priced every layer of the output layer's holder by weight: its hosts are re-measured
 PROFILE_VERSION = 2
 REMEASURE_HINT = "re-measure with playbooks/profile.yml"
-# Sane upper bounds: above these a figure is a unit mistake, not a slow machine.
-LIMITS = {
-    "ms_per_layer": 60000.0,
-    "output_ms": 60000.0,
-    "output_cpu_ms": 60000.0,
-    "token_ms": 60000.0,
-    "cpu_ms_per_layer": 60000.0,
-    "cpu_quota": 4096.0,
-    "rtt_ms": 60000.0,
-    "mbit_s": 1000000.0,
-}
 # The compute figures that go into the planner's speed dict besides ms_per_layer (when present).
 QUOTA_KEYS = ("cpu_quota", "cpu_ms_per_layer")
 OUTPUT_KEYS = ("output_ms", "output_cpu_ms", "token_ms")
@@ -109,7 +98,7 @@ def check_figure(host: str, key: str, value: Any, where: str) -> float:
     if number <= 0:
         what = "a 0 Mbit link" if key == "mbit_s" else "not positive"
         raise ProfileError("%s: %s is %s in %s (%s)" % (host, key, value, where, what))
-    limit = LIMITS.get(key)
+    limit = SPEED_LIMITS.get(key)
     if limit is not None and number > limit:
         raise ProfileError("%s: %s is %s in %s (above the sane bound %s)" % (host, key, value, where, limit))
     return number
@@ -118,42 +107,46 @@ def check_figure(host: str, key: str, value: Any, where: str) -> float:
 # --------------------------------------------------------------------------- compute cost
 
 
-def _layer_count(h: Mapping[str, Any]) -> int:
-    """The repeating layers a plan row holds (its ``layers`` [first, last))."""
-    first, last = (h.get("layers") or [0, 0])[:2]
-    return max(0, int(last) - int(first))
+def _parse(plan: Mapping[str, Any]) -> Optional[Plan]:
+    """The plan parsed (plan.Plan), None for a plan without hosts (nothing measured), or
+    :class:`ProfileError` naming the field at fault."""
+    if isinstance(plan, Mapping) and not plan.get("hosts"):
+        return None
+    try:
+        return Plan.from_dict(plan)
+    except PlanError as err:
+        raise ProfileError(str(err)) from err
 
 
-def _layer_equivalents(plan_hosts: Sequence[Mapping[str, Any]], tied_output: bool = True) -> Dict[str, float]:
+def _layer_equivalents(plan: Plan) -> Dict[str, float]:
     """Per host: its repeating layers, plus the output layer counted by its weight in layers.
 
     Decode reads every weight once per token, so a host's work follows its weight bytes; the
     output layer (vocab x n_embd) weighs many layers on a small model. The average repeating
     layer is read off the hosts without the output layer; the head's own weights (which hold the
     token embedding, a lookup and no work) are left out."""
-    per_layer = []
-    for h in plan_hosts:
-        held = _layer_count(h)
-        weights = (h.get("predicted_mib") or {}).get("weights")
-        if h.get("role") == "worker" and not h.get("output_layer") and held and weights:
-            per_layer.append(float(weights) / held)
+    per_layer = [
+        h.predicted_mib["weights"] / h.layer_count
+        for h in plan.hosts
+        if h.role == "worker" and not h.output_layer and h.layer_count and h.predicted_mib.get("weights")
+    ]
     avg = sum(per_layer) / len(per_layer) if per_layer else None
     out = {}
-    for h in plan_hosts:
-        count = float(_layer_count(h))
-        if h.get("output_layer"):
-            weights = (h.get("predicted_mib") or {}).get("weights")
+    for h in plan.hosts:
+        count = float(h.layer_count)
+        if h.output_layer:
+            weights = h.predicted_mib.get("weights")
             extra = 1.0
             if avg and weights:
                 # a worker's weights beyond its layers are the output layer; the head's are the
                 # token embedding (a lookup, no work) plus the output: the same tensor when the
                 # output is tied, else two of about the same size
-                beyond = float(weights) - count * avg
-                if h.get("role") != "worker" and not tied_output:
+                beyond = weights - count * avg
+                if h.role != "worker" and not plan.model.tied_output:
                     beyond /= 2.0
                 extra = max(1.0, beyond / avg)
             count += extra
-        out[str(h.get("name"))] = count
+        out[h.name] = count
     return out
 
 
@@ -180,18 +173,16 @@ def request_costs(
     predicted_ms = timings.get("predicted_ms")
     prompt_ms = timings.get("prompt_ms") or 0.0
     out: Dict[str, Dict[str, Any]] = {}
-    for h in plan.get("hosts") or []:
-        if not isinstance(h, dict):
-            continue
-        name = str(h.get("name"))
-        role = str(h.get("role"))
+    served = _parse(plan)
+    for h in served.hosts if served else ():
+        name, role = h.name, h.role
         unit = units.get(role, "")
 
         def fail(why: str, name: str = name) -> None:
             out[name] = {"reason": "not measured: %s: %s" % (name, why)}
 
-        layers = _layer_count(h)
-        if layers <= 0 and not h.get("output_layer") and role != "head":
+        layers = h.layer_count
+        if layers <= 0 and not h.output_layer and role != "head":
             # (the head works every token: its CPU is measured even without layers)
             fail("holds no layers in the plan")
             continue
@@ -214,7 +205,7 @@ def request_costs(
         if cpu < MIN_CPU_SECONDS:
             fail("unit %s used %.4f CPU seconds during the request" % (unit, cpu))
             continue
-        threads = h.get("threads")
+        threads = h.threads
         if role == "worker" and isinstance(threads, (int, float)) and threads > MEASURE_THREADS:
             fail(
                 "rpc-server ran with %s threads: its CPU seconds are mostly its threads polling, not"
@@ -238,7 +229,7 @@ def request_costs(
         out[name] = {
             "role": role,
             "layers": layers,
-            "output": bool(h.get("output_layer")),
+            "output": h.output_layer,
             "cpu_ms": cpu * decode_share * 1000.0 / float(tokens),
             "cpu_seconds": round(cpu, 4),
             "tokens": int(tokens),
@@ -269,8 +260,8 @@ def compute_figures(
     layers (:func:`_layer_equivalents`). ``costs``: the request's :func:`request_costs`, when the
     caller has them already.
     """
-    plan_hosts = [h for h in plan.get("hosts") or [] if isinstance(h, dict)]
-    equivalents = _layer_equivalents(plan_hosts, bool((plan.get("model") or {}).get("tied_output", True)))
+    served = _parse(plan)
+    equivalents = _layer_equivalents(served) if served else {}
     if costs is None:
         costs = request_costs(plan, samples, timings, facts, units)
     out: Dict[str, Dict[str, Any]] = {}
@@ -365,38 +356,16 @@ def output_apart(
     return out, (round(ratio, 3) if ratio is not None else None)
 
 
-def _placement_of(plan: Mapping[str, Any]) -> Tuple[str, List[str], int, List[int], bool]:
-    """(head, workers in --rpc order, head layers, worker layers, output on the head) of a plan."""
-    hosts = [h for h in plan.get("hosts") or [] if isinstance(h, dict)]
-    used = set(plan.get("workers") or [])
-    head = next(h for h in hosts if h.get("role") == "head")
-    workers = [h for h in hosts if h.get("role") == "worker" and h.get("name") in used]
-    on_head = bool(head.get("output_layer")) or not any(w.get("output_layer") for w in workers)
-    return (
-        str(head["name"]),
-        [str(w["name"]) for w in workers],
-        _layer_count(head),
-        [_layer_count(w) for w in workers],
-        on_head,
-    )
-
-
 def predict_request(plan: Mapping[str, Any], figures: Mapping[str, Mapping[str, Any]]) -> Optional[Any]:
-    """speed.estimate of the placement a plan serves, with these figures (``figures``: host ->
-    the planner's speed dict; a head without one counts nothing), or None when a worker it uses
-    has none."""
-    from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed
-
-    head, workers, head_layers, worker_layers, on_head = _placement_of(plan)
-    model = plan.get("model") or {}
-    view = SimpleNamespace(
-        n_embd=int(model.get("n_embd") or 0),
-        n_vocab=int(model.get("n_vocab") or 0),
-        layer_bytes=(),
-        output_bytes=0,
-    )
+    """speed.estimate_split of the placement a plan serves, with these figures (``figures``: host
+    -> the planner's speed dict; a head without one counts nothing), or None when a worker it uses
+    has none. The output layer is priced by its figures (measured here), else as one layer."""
+    served = _parse(plan)
+    if served is None:
+        return None
+    head = served.head.name
     figs = {}
-    for name in [head, *workers]:
+    for name in served.names:
         given = dict(figures.get(name) or {})
         if name == head:
             given = {k: v for k, v in given.items() if k not in ("rtt_ms", "mbit_s")}
@@ -410,13 +379,13 @@ def predict_request(plan: Mapping[str, Any], figures: Mapping[str, Mapping[str, 
         if got is None:
             return None
         figs[name] = got
-    return speed.estimate(
-        view,
-        SimpleNamespace(name=head),
-        [SimpleNamespace(name=w) for w in workers],
-        head_layers,
-        worker_layers,
-        on_head,
+    return speed.estimate_split(
+        speed.Shape(served.model.n_embd, served.model.n_vocab),
+        head,
+        [w.name for w in served.workers],
+        served.head_layers,
+        served.worker_layers,
+        served.output_on_head,
         figs,
     )
 
@@ -468,10 +437,12 @@ def head_figures(
         est = predict_request(plan, speed_of) if measured is not None else None
         if est is None or (est.capped is not None and est.capped["cap_ms"] > est.chain_ms):
             continue
-        _head, _workers, layers, _counts, on_head = _placement_of(plan)
+        served = _parse(plan)
+        if served is None:
+            continue
         residuals.setdefault(
-            "on" if on_head else "off",
-            {"request": i, "ms": round(measured - est.chain_ms, 3), "head_layers": layers},
+            "on" if served.output_on_head else "off",
+            {"request": i, "ms": round(measured - est.chain_ms, 3), "head_layers": served.head_layers},
         )
     result: Dict[str, Any] = {"figures": None, "residuals": residuals, "reason": None, "check": []}
     if not residuals or not ratio:
@@ -508,7 +479,10 @@ def head_figures(
     result["figures"] = {k: round(v, 4) for k, v in figs.items()}
     for i, (plan, timings) in enumerate(requests):
         measured = _ms_per_token(timings)
-        est = predict_request(plan, dict(speed_of, **{_placement_of(plan)[0]: result["figures"]}))
+        served = _parse(plan)
+        if served is None:
+            continue
+        est = predict_request(plan, dict(speed_of, **{served.head.name: result["figures"]}))
         if measured is None or est is None:
             continue
         result["check"].append(
@@ -563,7 +537,8 @@ def measure(
             figures[name] = dict(fig, output_reason=got["reason"])
         else:
             figures[name] = got
-    head = next((str(h.get("name")) for h in plan.get("hosts") or [] if h.get("role") == "head"), None)
+    served = _parse(plan)
+    head = served.head.name if served else None
     priced = head_figures(
         requests,
         {k: v for k, v in figures.items() if k != head},
@@ -814,394 +789,7 @@ def speeds(
     return {"speed": out, "source": source, "remeasure": remeasure}
 
 
-# --------------------------------------------------------------------------- measuring placement
-
-MEASURE_LAYERS = 2
-# the margin a worker holding the output layer alone keeps when it is given repeating layers
-TOP_UP_MIB = 8.0
-# Split options the measuring placement rewrites (and llama-server's polling level).
-_SPLIT_OPTIONS = {"--rpc": "rpc", "--tensor-split": "ts", "-ts": "ts", "-ngl": "ngl", "--n-gpu-layers": "ngl"}
-_POLL_OPTIONS = ("--poll", "--poll-batch")
-
-
-def _split_args(args: Sequence[str]) -> Tuple[List[str], Dict[str, str]]:
-    """``args`` without the split options and ``--poll``, and the split options' values."""
-    rest: List[str] = []
-    found: Dict[str, str] = {}
-    skip = None
-    for arg in args:
-        if skip is not None:
-            if skip:
-                found[skip] = str(arg)
-            skip = None
-            continue
-        key, eq, value = str(arg).partition("=")
-        if key in _SPLIT_OPTIONS or key in _POLL_OPTIONS:
-            name = _SPLIT_OPTIONS.get(key, "")
-            if eq:
-                if name:
-                    found[name] = value
-            else:
-                skip = name
-            continue
-        rest.append(str(arg))
-    return rest, found
-
-
-def measuring_plan(
-    plan: Mapping[str, Any], add: Sequence[str], layers_each: int = MEASURE_LAYERS
-) -> Dict[str, Any]:
-    """The served plan changed so that one request measures every host's compute honestly.
-
-    ``add``: workers the plan leaves out (no layers, so no compute figure from the served plan):
-    each gets ``layers_each`` repeating layers, taken from the head's CPU (then from the worker
-    with the most layers), at the front of the ``--rpc`` list; every other host keeps its layers
-    and the output layer stays where it is. Every worker is measured at ``MEASURE_THREADS`` (1)
-    rpc-server thread (``threads``; ``serving_threads`` keeps the plan's): rpc-server has no
-    ``--poll``, and with more threads its CPU seconds are mostly its threads spinning (playbooks/
-    profile.yml runs a served worker's unit at one thread through a runtime drop-in, see
-    :func:`single_thread_dropin`). ``--poll 0``: llama-server's CPU threads sleep while
-    they wait for the workers instead of spinning, so the head's CPU seconds are its work
-    (docs/profile.md). The result is a plan the supervisor serves (no fallbacks: the measuring
-    run needs every host) with ``hosts[].layers`` and ``predicted_mib.weights`` of the new split,
-    for :func:`compute_figures`.
-    """
-    model = plan.get("model") or {}
-    n_layer = model.get("n_layer")
-    if not isinstance(n_layer, int) or n_layer <= 0:
-        raise ProfileError("the plan's model has no n_layer (%r)" % (n_layer,))
-    hosts = [dict(h) for h in plan.get("hosts") or [] if isinstance(h, dict)]
-    head = next((h for h in hosts if h.get("role") == "head"), None)
-    if head is None:
-        raise ProfileError("the plan has no head host")
-    known = {h.get("name") for h in hosts}
-    planned = {
-        h.get("name"): h for h in ((plan.get("planned_with") or {}).get("hosts") or []) if isinstance(h, dict)
-    }
-    rest, split = _split_args(plan.get("llama_server_args") or [])
-    workers = [h for h in hosts if h.get("role") == "worker" and h.get("name") in (plan.get("workers") or [])]
-    by_endpoint = {h.get("endpoint"): h for h in workers}
-    devices = [by_endpoint.get(e) for e in split.get("rpc", "").split(",") if e]
-    if None in devices:
-        raise ProfileError("the plan's --rpc %r names an endpoint that no worker has" % split.get("rpc"))
-    counts = [_layer_count(d) for d in devices]
-    outputs = [bool(d.get("output_layer")) for d in devices]
-    head_layers = _layer_count(head)
-    # the average repeating layer's weights (for the new split's predicted_mib.weights)
-    per = [
-        float((d.get("predicted_mib") or {}).get("weights") or 0) / c
-        for d, c, o in zip(devices, counts, outputs)
-        if c and not o and (d.get("predicted_mib") or {}).get("weights")
-    ]
-    avg = sum(per) / len(per) if per else 0.0
-    new: List[Dict[str, Any]] = []
-    for name in add:
-        if name in known:
-            raise ProfileError("%s: already in the plan, cannot add it to the measuring placement" % name)
-        info = planned.get(name)
-        if not info or not info.get("address"):
-            raise ProfileError("%s: not in the plan's planned_with.hosts (no address to reach it)" % name)
-        port = int(info.get("port") or 50052)
-        take = layers_each
-        from_head = min(take, head_layers)
-        head_layers -= from_head
-        take -= from_head
-        while take > 0:
-            i = max(range(len(counts)), key=lambda j: counts[j]) if counts else None
-            if i is None or counts[i] <= 1:
-                raise ProfileError("%s: no layers left to give it in the measuring placement" % name)
-            counts[i] -= 1
-            take -= 1
-        new.append(
-            {
-                "name": name,
-                "role": "worker",
-                "address": info["address"],
-                "port": port,
-                "endpoint": "%s:%d" % (info["address"], port),
-                "threads": MEASURE_THREADS,
-                "serving_threads": int(info.get("cpus") or 1),
-                "output_layer": False,
-                "measuring": True,
-            }
-        )
-    # a worker that holds the output layer alone gets repeating layers too (its layers are priced
-    # from a request without the output layer, output_apart), when its headroom takes them
-    # (each layer's weights and about as much KV, and the compute of a worker with layers)
-    plain = [(d, c) for d, c, o in zip(devices, counts, outputs) if c and not o and d.get("predicted_mib")]
-    topped: Dict[str, Dict[str, float]] = {}
-    for i, d in enumerate(devices):
-        if counts[i] or not outputs[i] or not plain:
-            continue
-        # the memory model's shape (weights + process + max(kv + compute, the largest tensor)):
-        # the layers' weights, their KV at a plain worker's rate and a plain worker's compute
-        mib = d.get("predicted_mib") or {}
-        ref, ref_count = plain[0]
-        ref_mib = ref.get("predicted_mib") or {}
-        kv = float(mib.get("kv") or 0.0) + layers_each * float(ref_mib.get("kv") or 0.0) / ref_count
-        compute = max(float(mib.get("compute") or 0.0), float(ref_mib.get("compute") or 0.0))
-        largest = (
-            float(mib.get("peak") or 0.0) + float(mib.get("kv") or 0.0) + float(mib.get("compute") or 0.0)
-        )
-        grown = (
-            float(mib.get("weights") or 0.0)
-            + layers_each * avg
-            + float(mib.get("process") or 0.0)
-            + max(kv + compute, largest)
-        )
-        if grown + TOP_UP_MIB > (_budget(d) or 0.0):
-            continue
-        topped[d.get("name")] = {"kv": round(kv, 2), "compute": round(compute, 2), "largest": largest}
-        take = layers_each
-        from_head = min(take, head_layers)
-        head_layers -= from_head
-        take -= from_head
-        while take > 0:
-            j = max(range(len(counts)), key=lambda k: counts[k])
-            if counts[j] <= 1:
-                break
-            counts[j] -= 1
-            counts[i] += 1
-            take -= 1
-        counts[i] += from_head
-    order = new + devices
-    all_counts = [layers_each] * len(new) + counts
-    # the output layer is llama.cpp's last slot, on the last --rpc device (the plan's output
-    # holder, or the head's CPU through the plan's -ot override, which stays in the arguments)
-    ngl = sum(all_counts) + 1
-    ts = [float(c) for c in all_counts]
-    if ts:
-        ts[-1] += 1.0
-    # the split as llama.cpp assigns it (slot n_layer is the output layer)
-    from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import assign_slots
-
-    slots = assign_slots(ts, n_layer, ngl) if order else [-1] * (n_layer + 1)
-    got = [slots[:n_layer].count(i) for i in range(len(order))]
-    if got != all_counts or slots[:head_layers].count(-1) != head_layers:
-        raise ProfileError("the measuring split %s does not give the layers %s" % (ts, all_counts))
-    out = copy.deepcopy(dict(plan))
-    head_mib = dict(head.get("predicted_mib") or {})
-    lost = (_layer_count(head) - head_layers) * avg
-    if "weights" in head_mib:
-        head_mib["weights"] = round(float(head_mib["weights"]) - lost, 2)
-    head = dict(head, layers=[0, head_layers], predicted_mib=head_mib)
-    first = head_layers
-    placed = []
-    for h, c in zip(order, all_counts):
-        h = dict(h)
-        if not h.get("measuring"):
-            # every worker measured at one rpc-server thread (profile.yml restarts a served one
-            # that runs more): a multi-thread rpc-server's CPU seconds are its threads polling
-            h["serving_threads"] = h.get("threads")
-            h["threads"] = MEASURE_THREADS
-        mib = dict(h.get("predicted_mib") or {})
-        old = _layer_count(h)
-        extra = float(mib.get("weights") or 0) - old * avg if h.get("output_layer") else 0.0
-        mib["weights"] = round(c * avg + max(0.0, extra), 2)
-        grown = topped.get(h.get("name"))
-        if grown:
-            mib["kv"], mib["compute"] = grown["kv"], grown["compute"]
-            mib["peak"] = round(max(0.0, grown["largest"] - grown["kv"] - grown["compute"]), 2)
-            mib["total"] = round(_total(mib), 2)
-        h["layers"] = [first, first + c]
-        h["predicted_mib"] = mib
-        first += c
-        placed.append(h)
-    others = [h for h in hosts if h.get("role") == "worker" and h not in devices]
-    out["hosts"] = [head, *placed, *others]
-    out["workers"] = [h["name"] for h in placed]
-    out["fallbacks"] = []
-    out["llama_server_args"] = (
-        (["--rpc", ",".join(h["endpoint"] for h in placed)] if placed else [])
-        + (["--tensor-split", ",".join("%g" % x for x in ts), "-ngl", str(ngl)] if placed else [])
-        + rest
-        + ["--poll", "0"]
-    )
-    out["measuring"] = {
-        "added": list(add),
-        "layers_each": layers_each,
-        "poll": 0,
-        "worker_threads": MEASURE_THREADS,
-    }
-    return out
-
-
-def _budget(h: Mapping[str, Any]) -> Optional[float]:
-    """A host's memory budget from its plan row (its predicted total + headroom; None for a
-    worker the measuring placement added, which has no row of the plan)."""
-    mib = h.get("predicted_mib") or {}
-    if h.get("headroom_mib") is None or mib.get("total") is None:
-        return None
-    return float(h["headroom_mib"]) + float(mib["total"])
-
-
-def _total(mib: Mapping[str, Any]) -> float:
-    return sum(float(mib.get(k) or 0.0) for k in ("weights", "kv", "compute", "process", "peak"))
-
-
-def output_moved(
-    plan: Mapping[str, Any],
-    quotas: Optional[Mapping[str, Any]] = None,
-    only: Optional[Sequence[str]] = None,
-) -> Optional[Dict[str, Any]]:
-    """A measuring placement (:func:`measuring_plan`) with the output layer on another host, or
-    None when it fits nowhere else.
-
-    Output on the head -> on a worker (it goes last in ``--rpc``: llama.cpp's output slot is the
-    last device's; the ``-ot`` override dropped): a worker without a CPU quota below one CPU
-    (``quotas``: host -> its quota) first, so that the request is not bound by a quota, then the
-    one with the most room left; output on a worker -> on the head, through the ``-ot``
-    override. ``only``: the workers it may go to (default every worker of the placement). Every
-    other host keeps its layers. The memory check is the plan's own figures
-    (``model.output_mib``, ``output_largest_mib`` and, when llama.cpp would start pipelining,
-    ``pipeline_extra_mib`` on every host), against each host's budget (its predicted total +
-    headroom): a move that the memory model does not fit is not made."""
-    quotas = quotas or {}
-
-    def free(name: str) -> bool:
-        return not quotad(quotas, name)
-
-    model = plan.get("model") or {}
-    output_mib = model.get("output_mib")
-    if not isinstance(output_mib, (int, float)) or output_mib <= 0:
-        return None
-    hosts = [dict(h) for h in plan.get("hosts") or [] if isinstance(h, dict)]
-    head = next((h for h in hosts if h.get("role") == "head"), None)
-    used = [h for h in hosts if h.get("role") == "worker" and h.get("name") in (plan.get("workers") or [])]
-    if head is None or not used:
-        return None
-    rest, split = _split_args(plan.get("llama_server_args") or [])
-    on_head = bool(head.get("output_layer"))
-    out = copy.deepcopy(dict(plan))
-    if on_head:
-        head_layers = _layer_count(head)
-        pipelined = len(used) > 1 and head_layers == 0
-        extra = float(model.get("pipeline_extra_mib") or 0.0) if pipelined else 0.0
-        for h in [head, *used]:
-            budget = _budget(h)
-            if budget is not None and _total(h.get("predicted_mib") or {}) + extra > budget:
-                return None
-        room = []
-        for w in used:
-            mib = dict(w.get("predicted_mib") or {})
-            largest = max(float(model.get("output_largest_mib") or 0.0), float(mib.get("peak") or 0.0))
-            mib["weights"] = round(float(mib.get("weights") or 0.0) + float(output_mib), 2)
-            mib["compute"] = round(float(mib.get("compute") or 0.0) + extra, 2)
-            mib["peak"] = round(max(0.0, largest - float(mib.get("kv") or 0.0) - float(mib["compute"])), 2)
-            mib["total"] = round(_total(mib), 2)
-            budget = _budget(w)
-            left = budget - mib["total"] if budget is not None else -1.0
-            if left >= 0 and (only is None or w["name"] in only):
-                room.append((free(w["name"]), left, w["name"], mib))
-        if not room:
-            return None
-        _free, _left, name, mib = max(room)
-        order = [w for w in used if w["name"] != name] + [w for w in used if w["name"] == name]
-        first = head_layers
-        placed = []
-        for w in order:
-            count = _layer_count(w)
-            w = dict(w, layers=[first, first + count], output_layer=w["name"] == name)
-            if w["name"] == name:
-                w["predicted_mib"] = mib
-            first += count
-            placed.append(w)
-        head["output_layer"] = False
-        counts = [_layer_count(w) for w in placed]
-        ts = [float(c) for c in counts]
-        ts[-1] += 1.0
-        rest = [a for i, a in enumerate(rest) if not _is_override(rest, i)]
-        args = [
-            "--rpc",
-            ",".join(w["endpoint"] for w in placed),
-            "--tensor-split",
-            ",".join("%g" % x for x in ts),
-        ]
-        args += ["-ngl", split.get("ngl") or str(sum(counts) + 1)]
-        moved_to = name
-    else:
-        holder = used[-1]
-        if not holder.get("output_layer"):
-            return None
-        head_mib = dict(head.get("predicted_mib") or {})
-        if not model.get("tied_output"):
-            head_mib["weights"] = round(float(head_mib.get("weights") or 0.0) + float(output_mib), 2)
-            head_mib["total"] = round(_total(head_mib), 2)
-            if head_mib["total"] > (_budget(head) or 0.0):
-                return None
-        head = dict(head, output_layer=True, predicted_mib=head_mib)
-        mib = dict(holder.get("predicted_mib") or {})
-        mib["weights"] = round(max(0.0, float(mib.get("weights") or 0.0) - float(output_mib)), 2)
-        placed = [dict(w) for w in used]
-        placed[-1] = dict(holder, output_layer=False, predicted_mib=mib)
-        args = [
-            "--rpc",
-            split.get("rpc", ""),
-            "--tensor-split",
-            split.get("ts", ""),
-            "-ngl",
-            split.get("ngl", ""),
-        ]
-        rest = [*OUTPUT_ON_HEAD_ARGS, *rest]
-        moved_to = head["name"]
-    others = [h for h in hosts if h.get("role") == "worker" and h not in used]
-    out["hosts"] = [head, *placed, *others]
-    out["workers"] = [w["name"] for w in placed]
-    out["llama_server_args"] = args + rest + ["--poll", "0"]
-    out["measuring"] = dict(out.get("measuring") or {}, output_moved_to=moved_to)
-    return out
-
-
-def quotad(quotas: Optional[Mapping[str, Any]], name: str) -> bool:
-    """Whether a host runs under a CPU quota below one CPU (its requests may be the quota's)."""
-    q = (quotas or {}).get(name)
-    return isinstance(q, (int, float)) and not isinstance(q, bool) and q < 1.0
-
-
-def measuring_placements(
-    measuring: Mapping[str, Any], quotas: Optional[Mapping[str, Any]] = None
-) -> List[Dict[str, Any]]:
-    """The measuring placements (docs/profile.md), the same split each, the output layer moved:
-
-    1. on the head (moved there when the served plan has it on a worker and the head can take it);
-    2. on a worker (:func:`output_moved`: one without a CPU quota first, so that the request is
-       bound by the chain and prices the head);
-    3. on the quota'd worker with the most room, when that is not the second's: there a quota
-       makes the output layer's cost the fleet's rate, so it is measured, not priced.
-
-    Fewer when the output layer fits on fewer hosts, and only the first when the plan keeps the
-    output layer on the head (``llmfleet_output_layer: head``: no plan of the fleet puts it
-    elsewhere, so its cost there is not needed)."""
-    first = dict(measuring)
-    options = (first.get("planned_with") or {}).get("options") or {}
-    head = next((h for h in first.get("hosts") or [] if h.get("role") == "head"), {})
-    if not head.get("output_layer"):
-        first = output_moved(first, quotas) or first
-        head = next((h for h in first.get("hosts") or [] if h.get("role") == "head"), {})
-        if not head.get("output_layer"):
-            return [first]
-    if options.get("output_layer") == "head":
-        return [first]
-    out = [first]
-    second = output_moved(first, quotas)
-    if second is None:
-        return out
-    out.append(second)
-    moved_to = second["measuring"]["output_moved_to"]
-    throttled = [w for w in first.get("workers") or [] if quotad(quotas, w) and w != moved_to]
-    third = output_moved(first, quotas, only=throttled) if throttled else None
-    if third is not None:
-        out.append(third)
-    return out
-
-
-def _is_override(args: Sequence[str], i: int) -> bool:
-    """Whether args[i] is the output-on-head override or its value."""
-    here = str(args[i])
-    if here == OUTPUT_ON_HEAD_ARGS[0] and i + 1 < len(args) and str(args[i + 1]) == OUTPUT_ON_HEAD_ARGS[1]:
-        return True
-    return here == OUTPUT_ON_HEAD_ARGS[1] and i > 0 and str(args[i - 1]) == OUTPUT_ON_HEAD_ARGS[0]
-
+# --------------------------------------------------------------------------- the measuring units
 
 PROFILE_DROPIN = "/run/systemd/system/llmfleet-rpc-server.service.d/50-llmfleet-profile-threads.conf"
 

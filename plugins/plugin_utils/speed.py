@@ -53,15 +53,12 @@ import dataclasses
 import math
 from typing import Any, Dict, List, Optional, Sequence
 
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import Host, Model, Placement
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import SPEED_LIMITS
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import Placement
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Host, Model
 
 __metaclass__ = type
 
-# Sane upper bounds: a figure above these is a measurement error, not a slow host.
-MAX_MS_PER_LAYER = 60000.0  # a minute per layer per token
-MAX_RTT_MS = 60000.0
-MAX_MBIT_S = 10000000.0  # 10 Tbit/s
-MAX_CPU_QUOTA = 4096.0  # CPUs
 SPEED_KEYS = (
     "ms_per_layer",
     "rtt_ms",
@@ -164,22 +161,20 @@ def figures_of(data: Dict[str, Any], role: str) -> Optional[Figures]:
     unknown = sorted(set(value) - set(SPEED_KEYS))
     if unknown:
         raise ValueError("host %s: speed has unknown keys %s" % (name, ", ".join(map(str, unknown))))
-    ms = _number(name, "ms_per_layer", value.get("ms_per_layer"), MAX_MS_PER_LAYER)
+    ms = _number(name, "ms_per_layer", value.get("ms_per_layer"), SPEED_LIMITS["ms_per_layer"])
     extra: Dict[str, float] = {}
     for key in OPTIONAL_KEYS:
         if value.get(key) is not None:
-            extra[key] = _number(
-                name, key, value[key], MAX_CPU_QUOTA if key == "cpu_quota" else MAX_MS_PER_LAYER
-            )
+            extra[key] = _number(name, key, value[key], SPEED_LIMITS[key])
     if role == "head":
-        for key, upper in (("rtt_ms", MAX_RTT_MS), ("mbit_s", MAX_MBIT_S)):
+        for key in ("rtt_ms", "mbit_s"):
             if value.get(key) is not None:
-                _number(name, key, value[key], upper)
+                _number(name, key, value[key], SPEED_LIMITS[key])
         return Figures(ms, **extra)
     if "token_ms" in extra:
         raise ValueError("host %s: speed.token_ms is the head's figure, not a worker's" % name)
-    rtt = _number(name, "rtt_ms", value.get("rtt_ms"), MAX_RTT_MS)
-    mbit = _number(name, "mbit_s", value.get("mbit_s"), MAX_MBIT_S)
+    rtt = _number(name, "rtt_ms", value.get("rtt_ms"), SPEED_LIMITS["rtt_ms"])
+    mbit = _number(name, "mbit_s", value.get("mbit_s"), SPEED_LIMITS["mbit_s"])
     return Figures(ms, rtt, mbit, **extra)
 
 
@@ -271,9 +266,25 @@ class Estimate:
         }
 
 
-def link_terms(model: Model, name: str, fig: Figures, holds_output: bool) -> Dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """What the time model reads of a model: the width of an activation row (``n_embd``) and of
+    the logits (``n_vocab``), and the output layer's decode work in repeating layers
+    (:func:`output_layer_equivalents` of the model's layout; 1.0 when only a plan's figures are
+    known, as profile.py prices a request: its output layer is measured, not weighed)."""
+
+    n_embd: int
+    n_vocab: int
+    output_equivalents: float = 1.0
+
+    @classmethod
+    def of(cls, model: Model) -> Shape:
+        return cls(model.n_embd, model.n_vocab, output_layer_equivalents(model))
+
+
+def link_terms(model: Any, name: str, fig: Figures, holds_output: bool) -> Dict[str, Any]:
     """One worker's link per token: its round trip, the activation row in and out (the output
-    holder sends the logits back instead of a row)."""
+    holder sends the logits back instead of a row). ``model``: a Model or a :class:`Shape`."""
     row = fig.transfer_ms(model.n_embd * FLOAT_BYTES)
     activation = row if holds_output else 2.0 * row
     logits = fig.transfer_ms(model.n_vocab * FLOAT_BYTES) if holds_output else 0.0
@@ -300,37 +311,62 @@ def estimate(
     prompt_tokens: int = PROMPT_TOKENS,
 ) -> Optional[Estimate]:
     """The estimate of a placement given by its parts, or None when a used host has no figures."""
+    return estimate_split(
+        Shape.of(model),
+        head.name,
+        [w.name for w in workers],
+        head_layers,
+        worker_layers,
+        output_on_head,
+        figures,
+        prompt_tokens,
+    )
+
+
+def estimate_split(
+    shape: Shape,
+    head: str,
+    workers: Sequence[str],
+    head_layers: int,
+    worker_layers: Sequence[int],
+    output_on_head: bool,
+    figures: Dict[str, Figures],
+    prompt_tokens: int = PROMPT_TOKENS,
+) -> Optional[Estimate]:
+    """The estimate of a split given by host names (a plan's, :mod:`plan`): the head's layers,
+    each worker's in ``--rpc`` order, where the output layer is; None when a used host has no
+    figures."""
     hosts: List[Dict[str, Any]] = []
     links: List[Dict[str, Any]] = []
-    head_fig = figures.get(head.name)
+    head_fig = figures.get(head)
     if head_fig is None:
         return None
     hosts.append(
         {
-            "name": head.name,
+            "name": head,
             "layers": head_layers,
             "ms_per_layer": head_fig.ms_per_layer,
             "compute_ms": head_layers * head_fig.ms_per_layer,
         }
     )
     for i, (w, count) in enumerate(zip(workers, worker_layers)):
-        fig = figures.get(w.name)
+        fig = figures.get(w)
         if fig is None:
             return None
         hosts.append(
             {
-                "name": w.name,
+                "name": w,
                 "layers": count,
                 "ms_per_layer": fig.ms_per_layer,
                 "compute_ms": count * fig.ms_per_layer,
             }
         )
-        links.append(link_terms(model, w.name, fig, i == len(workers) - 1 and not output_on_head))
+        links.append(link_terms(shape, w, fig, i == len(workers) - 1 and not output_on_head))
     # the output layer's own compute, on its holder (the head, or the last worker): measured
     # there, else its weight in repeating layers at the holder's ms per layer
     holder = hosts[0] if output_on_head or not workers else hosts[-1]
     holder_fig = figures[holder["name"]]
-    equivalents = output_layer_equivalents(model)
+    equivalents = shape.output_equivalents
     holder["output_layer_equivalents"] = equivalents
     holder["output_ms"] = holder_fig.output_time(equivalents)
     holder["output_priced"] = "figures" if holder_fig.output_ms is not None else "by weight"

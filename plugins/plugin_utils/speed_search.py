@@ -7,9 +7,9 @@ The memory model and its checks are placement.py's, unchanged: a candidate is ke
 ``Placement.fits()`` holds for it, exactly as for the memory objective. The search:
 
 - worker sets: every subset of the candidates (at least ``min_workers``) up to
-  ``MAX_EXACT_WORKERS`` candidates; beyond, the prefixes of the candidates ranked by time per layer
+  ``SPEED_EXACT_WORKERS`` candidates; beyond, the prefixes of the candidates ranked by time per layer
   (and, second, by room), a documented heuristic;
-- ``--rpc`` orders: every order of a set of up to ``MAX_PERMUTED`` workers; beyond, each worker of
+- ``--rpc`` orders: every order of a set of up to ``SPEED_MAX_PERMUTED`` workers; beyond, each worker of
   the set as the last one (the output holder), the others fastest first;
 - the output layer on the head or on the last worker (``output_layer`` policy permitting);
 - for one order and output holder, the split with the least compute time that fits, by dynamic
@@ -29,6 +29,30 @@ import itertools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import (
+    DEFAULT_RESERVE_MIB,
+    MIB,
+    SPEED_EXACT_WORKERS,
+    SPEED_MAX_LAST,
+    SPEED_MAX_PERMUTED,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import (
+    Placement,
+    _Costs,
+    pipelined,
+    predict_head,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import (
+    Host,
+    Model,
+    Options,
+    PlacementError,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_search import (
+    _predict_all,
+    may_fit,
+    place,
+)
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import (
     Estimate,
     Figures,
@@ -41,16 +65,13 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import (
 
 __metaclass__ = type
 
-MAX_EXACT_WORKERS = 8
-MAX_PERMUTED = 4
-MAX_LAST = 2
 INF = float("inf")
 
 
 @dataclasses.dataclass
 class Best:
     ms: float = INF
-    placement: Optional[P.Placement] = None
+    placement: Optional[Placement] = None
 
 
 class Reach:
@@ -62,7 +83,7 @@ class Reach:
     ``last(budget, holds, pp)[s]``: whether layers s..n-1 (and the output when ``holds``) fit.
     """
 
-    def __init__(self, costs: P._Costs):
+    def __init__(self, costs: _Costs):
         self.costs = costs
         self._ends: Dict[Tuple[float, bool], List[int]] = {}
         self._last: Dict[Tuple[float, bool, bool], List[bool]] = {}
@@ -93,7 +114,7 @@ class Reach:
 
 def _worker_table(
     reach: Reach,
-    workers: Sequence[P.Host],
+    workers: Sequence[Host],
     figures: Dict[str, Figures],
     output_on_head: bool,
     pp: bool,
@@ -111,7 +132,7 @@ def _worker_table(
     g[k][n] = 0.0
     for i in range(k - 1, -1, -1):
         w = workers[i]
-        budget = w.budget_mib * P.MIB
+        budget = w.budget_mib * MIB
         ms = figures[w.name].ms_per_layer
         most = limits.get(w.name, n)
         row, row_take = g[i], take[i]
@@ -138,8 +159,8 @@ def _worker_table(
 
 def _fastest_split(
     reach: Reach,
-    head: P.Host,
-    workers: List[P.Host],
+    head: Host,
+    workers: List[Host],
     figures: Dict[str, Figures],
     output_on_head: bool,
     limits: Optional[Dict[str, int]] = None,
@@ -149,7 +170,7 @@ def _fastest_split(
     model, opts = reach.costs.model, reach.costs.opts
     n, k = model.n_layer, len(workers)
     head_out = output_on_head or not workers
-    budget = head.budget_mib * P.MIB
+    budget = head.budget_mib * MIB
     head_ms = figures[head.name].ms_per_layer
     limits = limits or {}
     if any(v < 0 for v in limits.values()):
@@ -157,8 +178,8 @@ def _fastest_split(
     tables: Dict[bool, Tuple[List[List[float]], List[List[int]]]] = {}
     best: Optional[Tuple[float, int, List[int]]] = None
     for h in range(0, min(n if opts.head_layers else 0, limits.get(head.name, n)) + 1):
-        pp = P.pipelined(k, h, head_out)
-        if P.predict_head(model, range(0, h), head_out, opts, pp).total > budget:
+        pp = pipelined(k, h, head_out)
+        if predict_head(model, range(0, h), head_out, opts, pp).total > budget:
             if h > 0:
                 break  # the head's total only grows with its layers
             continue
@@ -183,8 +204,8 @@ def _fastest_split(
 
 def _split_under_caps(
     reach: Reach,
-    head: P.Host,
-    workers: List[P.Host],
+    head: Host,
+    workers: List[Host],
     figures: Dict[str, Figures],
     output_on_head: bool,
 ) -> Optional[Tuple[float, int, List[int]]]:
@@ -267,28 +288,30 @@ def _split_under_caps(
     return best[0], best[2], best[3]
 
 
-def _orders(
-    workers: Sequence[P.Host], figures: Dict[str, Figures], output_on_head: bool
-) -> List[List[P.Host]]:
+def _speed_orders(
+    workers: Sequence[Host], figures: Dict[str, Figures], output_on_head: bool
+) -> List[List[Host]]:
     """Every order of a small set; beyond, the others fastest first and as the last one: each worker
-    (up to MAX_EXACT_WORKERS), else the MAX_LAST with the most room and the cheapest links."""
+    (up to SPEED_EXACT_WORKERS), else the SPEED_MAX_LAST with the most room and the cheapest links."""
     ranked = sorted(workers, key=lambda w: (figures[w.name].ms_per_layer, w.name))
-    if len(ranked) <= MAX_PERMUTED:
+    if len(ranked) <= SPEED_MAX_PERMUTED:
         return [list(p) for p in itertools.permutations(ranked)]
     lasts = ranked
-    if len(ranked) > MAX_EXACT_WORKERS:
+    if len(ranked) > SPEED_EXACT_WORKERS:
         by_room = sorted(ranked, key=lambda w: (-w.budget_mib, w.name))
         by_link = sorted(
             ranked, key=lambda w: (figures[w.name].transfer_ms(1.0), figures[w.name].rtt_ms, w.name)
         )
-        lasts = list(dict.fromkeys([*by_room[:MAX_LAST], *([] if output_on_head else by_link[:MAX_LAST])]))
+        lasts = list(
+            dict.fromkeys([*by_room[:SPEED_MAX_LAST], *([] if output_on_head else by_link[:SPEED_MAX_LAST])])
+        )
     return [[w for w in ranked if w is not last] + [last] for last in lasts]
 
 
 def _compute_bound(
-    costs: P._Costs,
-    head: P.Host,
-    workers: Sequence[P.Host],
+    costs: _Costs,
+    head: Host,
+    workers: Sequence[Host],
     figures: Dict[str, Figures],
     head_room: float,
     layer_min: float,
@@ -296,12 +319,12 @@ def _compute_bound(
     """A lower bound of the compute ms of any split over these hosts (None: no split fits): every
     host holds at most room / (the cheapest layer's weights + KV) layers, the fastest fill first."""
     n = costs.model.n_layer
-    fixed = costs.worker_compute[False] + costs.opts.calibration.worker_process_mib * P.MIB
+    fixed = costs.worker_compute[False] + costs.opts.calibration.worker_process_mib * MIB
     caps = []
     if costs.opts.head_layers:
         caps.append((figures[head.name].ms_per_layer, int(max(head_room, 0.0) // max(layer_min, 1.0))))
     for w in workers:
-        room = max(w.budget_mib * P.MIB - fixed, 0.0)
+        room = max(w.budget_mib * MIB - fixed, 0.0)
         caps.append((figures[w.name].ms_per_layer, int(room // max(layer_min, 1.0))))
     left, total = n, 0.0
     for ms, cap in sorted(caps):
@@ -314,7 +337,7 @@ def _compute_bound(
 
 
 def _links_bound(
-    model: P.Model, workers: Sequence[P.Host], figures: Dict[str, Figures], output_on_head: bool
+    model: Model, workers: Sequence[Host], figures: Dict[str, Figures], output_on_head: bool
 ) -> float:
     """The link terms of a set, the cheapest output holder assumed (order does not change the rest)."""
     if not workers:
@@ -326,7 +349,7 @@ def _links_bound(
     return sum(plain) + min(hd - pl for hd, pl in zip(holding, plain))
 
 
-def _output_choices(opts: P.Options) -> List[bool]:
+def _speed_output_choices(opts: Options) -> List[bool]:
     if opts.output_layer == "head":
         return [True]
     if opts.output_layer == "worker":
@@ -334,12 +357,12 @@ def _output_choices(opts: P.Options) -> List[bool]:
     return [True, False]
 
 
-def _candidate_sets(workers: List[P.Host], figures: Dict[str, Figures], lo: int) -> List[Tuple[P.Host, ...]]:
-    if len(workers) <= MAX_EXACT_WORKERS:
+def _candidate_sets(workers: List[Host], figures: Dict[str, Figures], lo: int) -> List[Tuple[Host, ...]]:
+    if len(workers) <= SPEED_EXACT_WORKERS:
         return [c for size in range(lo, len(workers) + 1) for c in itertools.combinations(workers, size)]
     by_speed = sorted(workers, key=lambda w: (figures[w.name].ms_per_layer, -w.budget_mib, w.name))
     by_room = sorted(workers, key=lambda w: (-w.budget_mib, figures[w.name].ms_per_layer, w.name))
-    out: List[Tuple[P.Host, ...]] = []
+    out: List[Tuple[Host, ...]] = []
     seen = set()
     for size in range(lo, len(workers) + 1):
         for ranked in (by_speed, by_room):
@@ -352,13 +375,13 @@ def _candidate_sets(workers: List[P.Host], figures: Dict[str, Figures], lo: int)
 
 
 def fastest(
-    model: P.Model,
-    head: P.Host,
-    workers: List[P.Host],
-    opts: P.Options,
+    model: Model,
+    head: Host,
+    workers: List[Host],
+    opts: Options,
     figures: Dict[str, Figures],
     reach: Optional[Reach] = None,
-) -> Optional[P.Placement]:
+) -> Optional[Placement]:
     """The fastest placement that fits memory (None when none fits). ``reach`` may carry the
     memo of an earlier search with the same model and options (the fallbacks)."""
     if (
@@ -366,23 +389,23 @@ def fastest(
         or reach.costs.model is not model
         or dataclasses.replace(reach.costs.opts, min_workers=opts.min_workers) != opts
     ):
-        reach = Reach(P._Costs(model, opts))
+        reach = Reach(_Costs(model, opts))
     costs = reach.costs
     lo = min(max(opts.min_workers, 0), len(workers))
     n = model.n_layer
-    head_room = head.budget_mib * P.MIB - P.predict_head(model, range(0), False, opts).total
+    head_room = head.budget_mib * MIB - predict_head(model, range(0), False, opts).total
     layer_min = min(costs.w[i + 1] - costs.w[i] + costs.kv[i + 1] - costs.kv[i] for i in range(n))
     # every placement pays the head's per-token time and the output layer on one of the hosts
     eq = output_layer_equivalents(model)
     token = figures[head.name].token_ms or 0.0
     candidates = []
     for combo in _candidate_sets(workers, figures, lo):
-        if not P.may_fit(costs, head, combo):
+        if not may_fit(costs, head, combo):
             continue  # this set cannot hold the layers, whatever the split
         compute = _compute_bound(costs, head, combo, figures, head_room, layer_min)
         if compute is None:
             continue
-        for out in _output_choices(opts) if combo else [True]:
+        for out in _speed_output_choices(opts) if combo else [True]:
             holders = [head] if out or not combo else combo
             output = min(figures[h.name].output_time(eq) for h in holders)
             bound = token + output + _links_bound(model, combo, figures, out) + compute
@@ -392,7 +415,7 @@ def fastest(
     for bound, _size, _names, combo, out in candidates:
         if bound >= best.ms - 1e-9:
             break
-        for order in _orders(combo, figures, out) if combo else [[]]:
+        for order in _speed_orders(combo, figures, out) if combo else [[]]:
             got = _split_under_caps(reach, head, order, figures, out)
             if got is None:
                 continue
@@ -401,14 +424,14 @@ def fastest(
             est = estimate(model, head, order, h, counts, head_out, figures)
             ms = est.ms_per_token if est is not None else INF
             if ms < best.ms - 1e-9:
-                preds = P._predict_all(model, head, order, h, counts, head_out, opts)
-                placement = P.Placement(head, list(order), h, counts, head_out, preds)
+                preds = _predict_all(model, head, order, h, counts, head_out, opts)
+                placement = Placement(head, list(order), h, counts, head_out, preds)
                 if placement.fits():
                     best = Best(ms, placement)
     return best.placement
 
 
-def _left_out_reason(w: P.Host, p: P.Placement, figures: Dict[str, Figures], model: P.Model) -> str:
+def _left_out_reason(w: Host, p: Placement, figures: Dict[str, Figures], model: Model) -> str:
     used = [(h, n) for h, n in zip(p.hosts(), [p.head_layers, *p.worker_layers]) if n > 0]
     ref = min(used, key=lambda hn: figures[hn[0].name].ms_per_layer)[0] if used else p.head
     mine, theirs = figures[w.name].ms_per_layer, figures[ref.name].ms_per_layer
@@ -446,15 +469,15 @@ def speed_placer(figures: Dict[str, Figures]) -> P.Placer:
     memo: Dict[str, Reach] = {}
 
     def placer(
-        model: P.Model, head: P.Host, workers: List[P.Host], opts: P.Options
-    ) -> Tuple[P.Placement, List[str], Dict[str, str]]:
+        model: Model, head: Host, workers: List[Host], opts: Options
+    ) -> Tuple[Placement, List[str], Dict[str, str]]:
         # the fallbacks differ from the plan in min_workers only: one memo of what fits
         key = repr(dataclasses.replace(opts, min_workers=0))
         if key not in memo or memo[key].costs.model is not model:
-            memo[key] = Reach(P._Costs(model, dataclasses.replace(opts, min_workers=0)))
+            memo[key] = Reach(_Costs(model, dataclasses.replace(opts, min_workers=0)))
         try:
-            memory, memory_reasons = P.place(model, head, workers, opts)
-        except P.PlacementError:
+            memory, memory_reasons = place(model, head, workers, opts)
+        except PlacementError:
             memory, memory_reasons = None, []
         found = fastest(model, head, workers, opts, figures, memo[key])
         mem_est = estimate_placement(memory, model, figures) if memory is not None else None
@@ -465,12 +488,12 @@ def speed_placer(figures: Dict[str, Figures]) -> P.Placer:
             or (mem_est is not None and mem_est.ms_per_token <= est.ms_per_token + 1e-9)
         ):
             if memory is None:
-                raise _refusal(model, head, workers, opts)
+                raise _speed_refusal(model, head, workers, opts)
             line = "objective speed: the memory placement is the fastest that fits"
             if mem_est is not None:
                 line += " (predicted %.2f tokens/s)" % (1000.0 / mem_est.ms_per_token)
             return memory, [line, *memory_reasons], {}
-        reasons = _explain(found, est, mem_est, figures, model)
+        reasons = _explain_speed(found, est, mem_est, figures, model)
         used = {w.name for w in found.workers}
         left = {w.name: _left_out_reason(w, found, figures, model) for w in workers if w.name not in used}
         return found, reasons, left
@@ -478,16 +501,16 @@ def speed_placer(figures: Dict[str, Figures]) -> P.Placer:
     return placer
 
 
-def _refusal(model: P.Model, head: P.Host, workers: List[P.Host], opts: P.Options) -> P.PlacementError:
+def _speed_refusal(model: Model, head: Host, workers: List[Host], opts: Options) -> PlacementError:
     try:
-        P.place(model, head, workers, opts)
-    except P.PlacementError as err:
+        place(model, head, workers, opts)
+    except PlacementError as err:
         return err
-    return P.PlacementError("the model does not fit on this fleet")
+    return PlacementError("the model does not fit on this fleet")
 
 
-def _explain(
-    p: P.Placement, est: Estimate, mem_est: Optional[Estimate], figures: Dict[str, Figures], model: P.Model
+def _explain_speed(
+    p: Placement, est: Estimate, mem_est: Optional[Estimate], figures: Dict[str, Figures], model: Model
 ) -> List[str]:
     out = [
         "objective speed: predicted %.2f tokens/s (%.2f ms per token)%s"
@@ -546,7 +569,7 @@ def make_plan(
     head: Dict[str, Any],
     workers: Sequence[Dict[str, Any]],
     options: Optional[Dict[str, Any]] = None,
-    reserve_mib: float = P.DEFAULT_RESERVE_MIB,
+    reserve_mib: float = DEFAULT_RESERVE_MIB,
     backend: str = "llama_cpp",
     target: str = "systemd",
 ) -> Dict[str, Any]:
@@ -562,7 +585,7 @@ def make_plan(
     names = [str(head.get("name"))] + [str(w.get("name")) for w in workers]
     used_objective = resolve_objective(objective, names, figures)
 
-    def annotate(p: P.Placement, m: P.Model, _opts: P.Options) -> Dict[str, Any]:
+    def annotate(p: Placement, m: Model, _opts: Options) -> Dict[str, Any]:
         est = estimate_placement(p, m, figures)
         return {"objective": used_objective, "speed": est.to_plan() if est is not None else None}
 

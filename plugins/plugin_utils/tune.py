@@ -21,11 +21,11 @@ from __future__ import absolute_import, annotations, division, print_function
 
 import math
 import statistics
-import types
 from typing import Any, Dict, List, Mapping, Sequence
 
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import Model
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import estimate, figures_of
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Model
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import Shape, estimate_split, figures_of
 
 __metaclass__ = type
 
@@ -39,29 +39,15 @@ class TuneError(ValueError):
     """A plan or a measurement tune cannot use (the message names the host or the value)."""
 
 
-def _counts(plan: Mapping[str, Any]) -> Dict[str, Any]:
-    """The parts of a placement in a plan dict: head layers, workers in --rpc order with their
-    repeating layers, and whether the head keeps the output layer."""
-    hosts = plan.get("hosts")
-    if not isinstance(hosts, list) or not hosts:
-        raise TuneError("the plan has no hosts (got %r): run playbooks/site.yml first" % (hosts,))
-    head = str(plan.get("head") or hosts[0].get("name"))
-    head_layers, workers, output_on_head = 0, [], False
-    for host in hosts:
-        name = str(host.get("name"))
-        span = host.get("layers") or [0, 0]
-        try:
-            count = int(span[1]) - int(span[0])
-        except (TypeError, ValueError, IndexError) as err:
-            raise TuneError("host %s: layers must be [first, last), got %r" % (name, span)) from err
-        if count < 0:
-            raise TuneError("host %s: layers must be [first, last), got %r" % (name, span))
-        if name == head:
-            head_layers = count
-            output_on_head = bool(host.get("output_layer"))
-        else:
-            workers.append((name, count))
-    return {"head": head, "head_layers": head_layers, "workers": workers, "output_on_head": output_on_head}
+def _plan(plan: Mapping[str, Any]) -> Plan:
+    """The plan parsed (plan.Plan), or :class:`TuneError` naming the field at fault."""
+    if not isinstance(plan, Mapping) or not isinstance(plan.get("hosts"), list) or not plan.get("hosts"):
+        got = plan.get("hosts") if isinstance(plan, Mapping) else plan
+        raise TuneError("the plan has no hosts (got %r): run playbooks/site.yml first" % (got,))
+    try:
+        return Plan.from_dict(plan)
+    except PlanError as err:
+        raise TuneError(str(err)) from err
 
 
 def needs_profile(plan: Mapping[str, Any], figures: Mapping[str, Any], mode: Any = "auto") -> Dict[str, Any]:
@@ -79,8 +65,7 @@ def needs_profile(plan: Mapping[str, Any], figures: Mapping[str, Any], mode: Any
         return {"measure": True, "reason": "tune_profile is always: measuring the running plan"}
     if mode == "never":
         return {"measure": False, "reason": "tune_profile is never: the figures of profile.json as they are"}
-    parts = _counts(plan)
-    names = [parts["head"]] + [name for name, _count in parts["workers"]]
+    names = _plan(plan).names
     speed = figures.get("speed") or {}
     missing = [name for name in names if name not in speed]
     if not missing:
@@ -104,11 +89,10 @@ def predict(
     plan under ``speed`` (host -> {ms_per_layer, rtt_ms, mbit_s}, profile_speed's ``speed``).
 
     Raises :class:`TuneError` naming a host the plan uses that has no (usable) figures."""
-    parts = _counts(plan)
+    parsed = _plan(plan)
     model = Model.from_layout(dict(layout))
     figures = {}
-    names = [parts["head"]] + [name for name, _count in parts["workers"]]
-    for i, name in enumerate(names):
+    for i, name in enumerate(parsed.names):
         try:
             fig = figures_of({"name": name, "speed": speed.get(name)}, "head" if i == 0 else "worker")
         except ValueError as err:
@@ -119,13 +103,13 @@ def predict(
                 % name
             )
         figures[name] = fig
-    est = estimate(
-        model,
-        types.SimpleNamespace(name=parts["head"]),
-        [types.SimpleNamespace(name=name) for name, _count in parts["workers"]],
-        parts["head_layers"],
-        [count for _name, count in parts["workers"]],
-        parts["output_on_head"],
+    est = estimate_split(
+        Shape.of(model),
+        parsed.head.name,
+        [w.name for w in parsed.workers],
+        parsed.head_layers,
+        parsed.worker_layers,
+        parsed.output_on_head,
         figures,
     )
     return est.to_plan()
@@ -134,12 +118,7 @@ def predict(
 def _workers_of(plan: Mapping[str, Any]) -> List[Any]:
     """What the workers' rpc-servers are started with: name, endpoint and threads of each worker
     the plan uses (sorted). Two plans with the same list differ only in the head's arguments."""
-    used = set(plan.get("workers") or [])
-    return sorted(
-        (str(h.get("name")), str(h.get("endpoint")), str(h.get("threads")))
-        for h in plan.get("hosts") or []
-        if isinstance(h, Mapping) and h.get("name") in used
-    )
+    return sorted((w.name, str(w.endpoint), str(w.threads)) for w in _plan(plan).workers)
 
 
 def decide(
@@ -171,16 +150,15 @@ def decide(
         raise TuneError("the speed plan failed: %s" % after.get("msg", "no placement"))
     pred_before = predict(before, speed, layout)
     pred_after = predict(after, speed, layout)
-    same = list(before.get("llama_server_args") or []) == list(after.get("llama_server_args") or [])
+    args_before, args_after = list(_plan(before).llama_server_args), list(_plan(after).llama_server_args)
+    same = args_before == args_after
     gain = pred_after["tokens_per_second"] / pred_before["tokens_per_second"] - 1.0
     rejected = (
         isinstance(previous, Mapping)
         and previous.get("redeployed") is True
         and previous.get("gain_confirmed") is False
-        and list((previous.get("before") or {}).get("llama_server_args") or [])
-        == list(before.get("llama_server_args") or [])
-        and list((previous.get("after") or {}).get("llama_server_args") or [])
-        == list(after.get("llama_server_args") or [])
+        and [str(a) for a in (previous.get("before") or {}).get("llama_server_args") or []] == args_before
+        and [str(a) for a in (previous.get("after") or {}).get("llama_server_args") or []] == args_after
     )
     if same:
         redeploy = False
@@ -280,7 +258,7 @@ def report(
             "tokens_per_second": round(statistics.median(r["tokens_per_second"] for r in runs), 3),
             "ttft_s": round(statistics.median(r["ttft_s"] for r in runs), 4),
             "predicted_tokens_per_second": predicted.get("tokens_per_second"),
-            "llama_server_args": list(plan.get("llama_server_args") or []),
+            "llama_server_args": list(_plan(plan).llama_server_args),
             "rounds": len(runs),
         }
 

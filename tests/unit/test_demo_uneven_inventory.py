@@ -15,8 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import measuring as meas
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile as prof
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import MIB
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import predict_worker
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Model, Options
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import assign_slots
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventories" / "demo-uneven"
@@ -90,8 +94,8 @@ def test_the_model_needs_two_workers_and_the_default_split_fits() -> None:
     assert holder == "llmfleet-uneven-nas", plan["llama_server_args"]
     # and profile.yml can measure the output layer on fast (no quota, so its second request is
     # bound by the chain and prices the head from wall time: docs/profile.md)...
-    measuring = prof.measuring_plan(plan, ["llmfleet-uneven-wifi"])
-    placements = prof.measuring_placements(measuring, {w: float(pods[w]["cpus"]) for w in pods})
+    measuring = meas.measuring_plan(plan, ["llmfleet-uneven-wifi"])
+    placements = meas.measuring_placements(measuring, {w: float(pods[w]["cpus"]) for w in pods})
     assert next(h for h in placements[0]["hosts"] if h["role"] == "head")["output_layer"]
     # and on nas (its quota makes the output layer's cost the rate of the memory plan and of
     # llama.cpp's default split: measured, not priced)
@@ -102,16 +106,16 @@ def test_the_model_needs_two_workers_and_the_default_split_fits() -> None:
 
     # llama.cpp's default split: every CPU device reports the machine's RAM, so equal shares over
     # the --rpc devices (inventory order); the output layer on the last one
-    m = P.Model.from_layout(layout)
-    opts = P.Options(context=options["context"])
+    m = Model.from_layout(layout)
+    opts = Options(context=options["context"])
     n_layer = int(layout["n_layer"])
-    slots = P.assign_slots([1.0] * len(workers), n_layer, n_layer + 1)
+    slots = assign_slots([1.0] * len(workers), n_layer, n_layer + 1)
     start = 0
     for i, worker in enumerate(workers):
         count = slots.count(i)
         output = i == len(workers) - 1
         layers = count - (1 if output else 0)
-        need = P.predict_worker(m, range(start, start + layers), output, opts).total / P.MIB
+        need = predict_worker(m, range(start, start + layers), output, opts).total / MIB
         start += layers
         limit = mib(pods[worker["name"]]["memory"])
         assert need + BASELINE_MIB <= limit, (

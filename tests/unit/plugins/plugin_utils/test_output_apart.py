@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import measuring as meas
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile as prof
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[4] / "docs" / "profile.schema.json").read_text())
@@ -304,14 +305,14 @@ def served(output_on_head, nas_headroom=300.0):
 
 
 def test_the_output_layer_moves_from_the_head_to_the_worker_with_room() -> None:
-    moved = prof.output_moved(served(output_on_head=True))
+    moved = meas.output_moved(served(output_on_head=True))
     assert moved is not None
     assert moved["measuring"]["output_moved_to"] == "nas"
     # a worker without a quota first, when it has the room: the request is then not the quota's
     p = served(output_on_head=True)
     p["hosts"][1]["headroom_mib"] = 400.0
-    assert prof.output_moved(p, {"nas": 0.25, "fast": 1.0})["measuring"]["output_moved_to"] == "fast"
-    assert prof.output_moved(p, {})["measuring"]["output_moved_to"] == "fast"  # the most room
+    assert meas.output_moved(p, {"nas": 0.25, "fast": 1.0})["measuring"]["output_moved_to"] == "fast"
+    assert meas.output_moved(p, {})["measuring"]["output_moved_to"] == "fast"  # the most room
     args = moved["llama_server_args"]
     assert "-ot" not in args and args[args.index("--rpc") + 1] == "10.0.0.2:50052,10.0.0.3:50052"
     assert args[args.index("--tensor-split") + 1] == "9,10"
@@ -325,7 +326,7 @@ def test_the_output_layer_moves_from_the_head_to_the_worker_with_room() -> None:
 def test_the_holder_goes_last_in_rpc_order_when_it_was_not() -> None:
     p = served(output_on_head=True, nas_headroom=50.0)
     p["hosts"][1]["headroom_mib"] = 400.0  # fast has the room now
-    moved = prof.output_moved(p)
+    moved = meas.output_moved(p)
     assert moved is not None and moved["measuring"]["output_moved_to"] == "fast"
     args = moved["llama_server_args"]
     assert args[args.index("--rpc") + 1] == "10.0.0.3:50052,10.0.0.2:50052"
@@ -335,19 +336,19 @@ def test_the_holder_goes_last_in_rpc_order_when_it_was_not() -> None:
 
 
 def test_no_room_anywhere_moves_nothing() -> None:
-    assert prof.output_moved(served(output_on_head=True, nas_headroom=50.0)) is None
+    assert meas.output_moved(served(output_on_head=True, nas_headroom=50.0)) is None
 
 
 def test_the_pair_puts_the_output_on_the_head_first_and_on_a_worker_second() -> None:
-    first, second = prof.measuring_placements(served(output_on_head=False), {"nas": 0.25})
+    first, second = meas.measuring_placements(served(output_on_head=False), {"nas": 0.25})
     assert {h["name"]: h["output_layer"] for h in first["hosts"]}["head"]
     assert {h["name"]: h["output_layer"] for h in second["hosts"]}["nas"]
     # no room on any worker: one request only
-    assert len(prof.measuring_placements(served(output_on_head=True, nas_headroom=50.0))) == 1
+    assert len(meas.measuring_placements(served(output_on_head=True, nas_headroom=50.0))) == 1
 
 
 def test_the_output_layer_moves_from_a_worker_to_the_head() -> None:
-    moved = prof.output_moved(served(output_on_head=False))
+    moved = meas.output_moved(served(output_on_head=False))
     assert moved is not None and moved["measuring"]["output_moved_to"] == "head"
     args = moved["llama_server_args"]
     assert args[args.index("-ot") + 1] == r"^(output|token_embd)\.weight$=CPU"
@@ -360,7 +361,7 @@ def test_the_output_layer_moves_from_a_worker_to_the_head() -> None:
 def test_a_fleet_that_keeps_the_output_on_the_head_is_measured_once() -> None:
     p = served(output_on_head=True)
     p["planned_with"] = {"options": {"output_layer": "head"}}
-    placements = prof.measuring_placements(p)
+    placements = meas.measuring_placements(p)
     assert len(placements) == 1 and placements[0]["llama_server_args"] == p["llama_server_args"]
 
 
@@ -368,15 +369,15 @@ def test_a_quota_d_worker_with_room_gets_a_request_of_its_own() -> None:
     # fast (no quota) takes the output layer in request 2; nas (a quarter of a CPU) in request 3
     p = served(output_on_head=True)
     p["hosts"][1]["headroom_mib"] = 400.0
-    placements = prof.measuring_placements(p, {"nas": 0.25, "fast": 1.0})
+    placements = meas.measuring_placements(p, {"nas": 0.25, "fast": 1.0})
     assert [x["measuring"].get("output_moved_to") for x in placements[1:]] == ["fast", "nas"]
     # the same split in all three
     for x in placements:
         assert x["llama_server_args"][x["llama_server_args"].index("--tensor-split") + 1] == "9,10"
     # without a quota'd worker, or when the quota'd one is the second's, no third
-    assert len(prof.measuring_placements(p, {})) == 2
+    assert len(meas.measuring_placements(p, {})) == 2
     p["hosts"][1]["headroom_mib"] = 60.0
-    assert len(prof.measuring_placements(p, {"nas": 0.25})) == 2
+    assert len(meas.measuring_placements(p, {"nas": 0.25})) == 2
 
 
 def test_three_requests_measure_the_output_layer_on_the_quota_d_worker_too() -> None:

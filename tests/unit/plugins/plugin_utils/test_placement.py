@@ -6,12 +6,32 @@ import json
 
 import pytest
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import MIB
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import (
+    head_compute_bytes,
+    kv_bytes,
+    pipelined,
+    predict_head,
+    predict_worker,
+    worker_compute_bytes,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import (
+    Model,
+    Options,
+    PlacementError,
+    hosts_from_dicts,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_search import _memory_output_choices
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import (
+    assign_slots,
+    tensor_split_for,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support import llama_split
 
-MIB = P.MIB
+MIB = MIB
 
 
 def layout(
@@ -62,7 +82,7 @@ def host(name, usable, cpus=2, port=50052):
     ],
 )
 def test_rule_matches_measurements(split, expected):
-    slots = P.assign_slots(split, 8, 99)
+    slots = assign_slots(split, 8, 99)
     assert [slots.count(i) for i in range(3)] == expected
     assert slots[8] == 2  # the output layer lands on the last device with a share
     assert llama_split.layer_counts(split, 8, 99)[1] == expected
@@ -77,7 +97,7 @@ def test_rule_matches_measurements(split, expected):
     st.integers(min_value=0, max_value=260),
 )
 def test_assign_slots_equals_independent_emulation(split, n_layer, ngl):
-    ours = P.assign_slots(split, n_layer, ngl)
+    ours = assign_slots(split, n_layer, ngl)
     theirs = llama_split.slot_devices(split, n_layer, ngl)
     assert ours == theirs
 
@@ -92,7 +112,7 @@ def test_tensor_split_round_trips_through_llama_cpp_rule(layers, head_layers):
     slots = list(layers)
     slots[-1] += 1
     n_layer = sum(layers) + head_layers
-    ts = P.tensor_split_for(slots)
+    ts = tensor_split_for(slots)
     cpu, per_device, out_dev = llama_split.layer_counts(
         llama_split.parse_tensor_split(ts), n_layer, n_layer + 1 - head_layers
     )
@@ -113,19 +133,19 @@ def oracle_fits(model, head, workers, opts):
     def budget(h):
         return h.budget_mib * MIB
 
-    out_choices = P._output_choices(opts)
+    out_choices = _memory_output_choices(opts)
     head_range = range(0, n + 1) if opts.head_layers else [0]
     for k in head_range:
         # no workers: everything on the head
-        if k == n and P.predict_head(model, range(0, n), True, opts).total <= budget(head):
+        if k == n and predict_head(model, range(0, n), True, opts).total <= budget(head):
             return True
     for size in range(1, len(workers) + 1):
         for subset in itertools.combinations(workers, size):
             for order in itertools.permutations(subset):
                 for out_on_head in out_choices:
                     for k in head_range:
-                        pp = P.pipelined(size, k, out_on_head)
-                        if P.predict_head(model, range(0, k), out_on_head, opts, pp).total > budget(head):
+                        pp = pipelined(size, k, out_on_head)
+                        if predict_head(model, range(0, k), out_on_head, opts, pp).total > budget(head):
                             continue
                         rest = n - k
                         for cuts in itertools.combinations_with_replacement(range(rest + 1), size - 1):
@@ -133,7 +153,7 @@ def oracle_fits(model, head, workers, opts):
                             ok = True
                             for i, w in enumerate(order):
                                 last = i == size - 1
-                                pred = P.predict_worker(
+                                pred = predict_worker(
                                     model, range(bounds[i], bounds[i + 1]), last and not out_on_head, opts, pp
                                 )
                                 if pred.total > budget(w):
@@ -167,12 +187,12 @@ def test_plan_is_exact_and_refuses_only_when_nothing_fits(
     opts = {"context": context, "head_layers": head_layers, "output_layer": output_layer}
     head = host("head", head_mib)
     ws = [host(f"w{i}", m) for i, m in enumerate(workers)]
-    model = P.Model.from_layout(lay)
-    h, wh = P.hosts_from_dicts(head, ws, 16)
-    expected = oracle_fits(model, h, wh, P.Options(**opts))
+    model = Model.from_layout(lay)
+    h, wh = hosts_from_dicts(head, ws, 16)
+    expected = oracle_fits(model, h, wh, Options(**opts))
     try:
         plan = P.plan_llama_cpp(lay, head, ws, opts, reserve_mib=16, fallbacks=False)
-    except P.PlacementError as err:
+    except PlacementError as err:
         assert not expected, "refused although a placement fits"
         assert err.table
         return
@@ -270,7 +290,7 @@ def test_slow_link_keeps_output_on_head():
 
 def test_refusal_names_missing_mib_per_host():
     lay = layout(n_layer=8, layer_mib=50)
-    with pytest.raises(P.PlacementError) as err:
+    with pytest.raises(PlacementError) as err:
         P.plan_llama_cpp(
             lay, host("head", 100), [host("w1", 120), host("w2", 150)], {"head_layers": False}, reserve_mib=16
         )
@@ -283,18 +303,18 @@ def test_kv_cache_follows_llama_cpp_for_gemma_shape():
     # measured (llama.cpp 0c1e570, -np 1): Gemma 3 270M, 18 layers, 3 dense: KV 12 + 15 MiB at 4096
     lay = layout(n_layer=18, swa_every=6)
     lay.update({"n_head_kv": [1] * 18, "head_dim_k": 256, "head_dim_v": 256})
-    model = P.Model.from_layout(lay)
-    opts = P.Options(context=4096)
+    model = Model.from_layout(lay)
+    opts = Options(context=4096)
     full = [il for il in range(18) if not model.swa_layers[il]]
     swa = [il for il in range(18) if model.swa_layers[il]]
-    assert sum(P.kv_bytes(model, range(il, il + 1), opts) for il in full) == 12 * MIB
-    assert sum(P.kv_bytes(model, range(il, il + 1), opts) for il in swa) == 15 * MIB
+    assert sum(kv_bytes(model, range(il, il + 1), opts) for il in full) == 12 * MIB
+    assert sum(kv_bytes(model, range(il, il + 1), opts) for il in swa) == 15 * MIB
     # -np 4: 4 streams of 1024 cells each for the sliding-window layers (measured 60 MiB)
-    opts4 = P.Options(context=4096, parallel=4)
-    assert sum(P.kv_bytes(model, range(il, il + 1), opts4) for il in swa) == 60 * MIB
+    opts4 = Options(context=4096, parallel=4)
+    assert sum(kv_bytes(model, range(il, il + 1), opts4) for il in swa) == 60 * MIB
     # q8_0 cache: 34/32 bytes per element instead of 2
-    q8 = P.Options(context=4096, cache_type_k="q8_0", cache_type_v="q8_0")
-    assert P.kv_bytes(model, range(5, 6), q8) == 4096 * 2 * 256 * 34 / 32
+    q8 = Options(context=4096, cache_type_k="q8_0", cache_type_v="q8_0")
+    assert kv_bytes(model, range(5, 6), q8) == 4096 * 2 * 256 * 34 / 32
 
 
 def test_bad_input_is_named():
@@ -332,11 +352,11 @@ MEASURED_COMPUTE = [
 def test_compute_model_against_llama_cpp_reports(shape, context, parallel, devices, worker, head):
     lay = layout(n_layer=6, swa_every=6 if shape.get("swa") else 0, n_ff=shape["n_ff"])
     lay["n_embd"] = shape["n_embd"]
-    model = P.Model.from_layout(lay)
-    opts = P.Options(context=context, parallel=parallel)
-    pp = P.pipelined(devices, 0, False)
-    got_worker = P.worker_compute_bytes(model, opts, pp) / MIB
-    got_head = P.head_compute_bytes(model, opts, holds_layers=False, pp=pp) / MIB
+    model = Model.from_layout(lay)
+    opts = Options(context=context, parallel=parallel)
+    pp = pipelined(devices, 0, False)
+    got_worker = worker_compute_bytes(model, opts, pp) / MIB
+    got_head = head_compute_bytes(model, opts, holds_layers=False, pp=pp) / MIB
     # never more than 5% below what llama.cpp allocates, at most 1 MiB above
     assert worker * 0.95 <= got_worker <= worker + 1.0
     assert head * 0.95 <= got_head <= head + 1.0

@@ -8,9 +8,10 @@ from __future__ import annotations
 import copy
 
 import pytest
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import measuring as meas
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile as prof
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import assign_slots
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import measuring_plan
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.measuring import measuring_plan
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import assign_slots
 
 UNITS = {"head": "llama-server", "worker": "rpc-server"}
 FACT = {"arch": "x86_64", "cpus": 1, "cpu_quota": 1.0, "memory": {}}
@@ -109,7 +110,7 @@ def test_the_served_plan_gives_a_left_out_worker_no_figure() -> None:
 
 
 def test_the_left_out_worker_gets_layers_from_the_head_and_everything_else_stays() -> None:
-    m = prof.measuring_plan(SERVED, ["wifi"])
+    m = meas.measuring_plan(SERVED, ["wifi"])
     layers = {h["name"]: h["layers"] for h in m["hosts"]}
     assert layers == {"head": [0, 4], "wifi": [4, 6], "fast": [6, 18], "nas": [18, 18]}
     assert [h["name"] for h in m["hosts"] if h.get("output_layer")] == ["nas"]
@@ -136,7 +137,7 @@ def test_the_left_out_worker_gets_layers_from_the_head_and_everything_else_stays
 
 
 def test_one_request_through_it_measures_every_host() -> None:
-    m = prof.measuring_plan(SERVED, ["wifi"])
+    m = meas.measuring_plan(SERVED, ["wifi"])
     figures = prof.compute_figures(m, SAMPLES, TIMINGS, FACTS, UNITS)
     # wifi: 0.5 CPU s / 1 CPU = 500 ms / 20 tokens / 2 layers = 12.5 ms per layer
     assert figures["wifi"]["ms_per_layer"] == pytest.approx(12.5)
@@ -149,7 +150,7 @@ def test_one_request_through_it_measures_every_host() -> None:
 
 
 def test_nothing_to_add_still_sleeps_instead_of_polling() -> None:
-    m = prof.measuring_plan(SERVED, [])
+    m = meas.measuring_plan(SERVED, [])
     args = m["llama_server_args"]
     assert args[args.index("--tensor-split") + 1] == "12,1" and args[args.index("-ngl") + 1] == "13"
     assert args[-2:] == ["--poll", "0"] and args.count("--poll") == 1
@@ -157,9 +158,9 @@ def test_nothing_to_add_still_sleeps_instead_of_polling() -> None:
 
 def test_a_worker_without_an_address_is_named() -> None:
     with pytest.raises(prof.ProfileError, match="attic: not in the plan's planned_with"):
-        prof.measuring_plan(SERVED, ["attic"])
+        meas.measuring_plan(SERVED, ["attic"])
     with pytest.raises(prof.ProfileError, match="fast: already in the plan"):
-        prof.measuring_plan(SERVED, ["fast"])
+        meas.measuring_plan(SERVED, ["fast"])
 
 
 def test_layers_come_from_the_largest_worker_when_the_head_has_none() -> None:
@@ -173,7 +174,7 @@ def test_layers_come_from_the_largest_worker_when_the_head_has_none() -> None:
         "19",
     ]
     served["hosts"][1] = dict(served["hosts"][1], layers=[0, 18], predicted_mib={"weights": 64.8})
-    m = prof.measuring_plan(served, ["wifi"])
+    m = meas.measuring_plan(served, ["wifi"])
     layers = {h["name"]: h["layers"] for h in m["hosts"]}
     assert layers == {"head": [0, 0], "wifi": [0, 2], "fast": [2, 18], "nas": [18, 18]}
     assert m["llama_server_args"][3] == "2,16,1"

@@ -3,17 +3,17 @@
 import math
 
 import pytest
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed as S
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Host, Model
 
 from tests.unit.plugins.plugin_utils.test_placement import layout
 
 # n_embd 256 -> an activation row is 1024 bytes; n_vocab 1000 -> logits 4000 bytes.
 # At 8 Mbit/s one byte takes 1 microsecond: a row 1.024 ms, the logits 4.0 ms.
-MODEL = P.Model.from_layout(layout(n_layer=8))
-HEAD = P.Host("head", "head", 1000)
-W1 = P.Host("w1", "worker", 1000, address="10.0.0.3")
-W2 = P.Host("w2", "worker", 1000, address="10.0.0.4")
+MODEL = Model.from_layout(layout(n_layer=8))
+HEAD = Host("head", "head", 1000)
+W1 = Host("w1", "worker", 1000, address="10.0.0.3")
+W2 = Host("w2", "worker", 1000, address="10.0.0.4")
 FIGS = {
     "head": S.Figures(2.0),
     "w1": S.Figures(1.0, rtt_ms=5.0, mbit_s=8.0),
@@ -55,7 +55,7 @@ def test_two_workers_each_hop_and_the_head_alone():
 
 def test_the_output_layer_costs_its_weight_in_layers_on_its_holder():
     # a 30 MiB output against 10 MiB layers: 3 layers of work, on the head (2 ms) or on w1 (1 ms)
-    big = P.Model.from_layout(layout(n_layer=8, out_mib=30.0))
+    big = Model.from_layout(layout(n_layer=8, out_mib=30.0))
     assert S.output_layer_equivalents(big) == pytest.approx(3.0)
     on_head = S.estimate(big, HEAD, [W1], 2, [6], True, FIGS)
     assert on_head.compute_ms == pytest.approx(2 * 2 + 3 * 2 + 6 * 1)

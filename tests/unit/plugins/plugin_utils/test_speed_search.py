@@ -8,9 +8,16 @@ import sys
 import time
 
 import pytest
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed as S
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed_search as SS
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import Placement
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import (
+    Model,
+    Options,
+    PlacementError,
+    hosts_from_dicts,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_search import _predict_all, place
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,8 +66,8 @@ def brute_force(model, head, workers, opts, figures):
                     for h in range(n + 1) if opts.head_layers else [0]:
                         for counts in compositions(n - h, len(order), not out):
                             head_out = out or not order
-                            preds = P._predict_all(model, head, list(order), h, list(counts), head_out, opts)
-                            p = P.Placement(head, list(order), h, list(counts), head_out, preds)
+                            preds = _predict_all(model, head, list(order), h, list(counts), head_out, opts)
+                            p = Placement(head, list(order), h, list(counts), head_out, preds)
                             if not p.fits():
                                 continue
                             ms = S.estimate_placement(p, model, figures).ms_per_token
@@ -72,8 +79,8 @@ def brute_force(model, head, workers, opts, figures):
 def assert_fastest_is_brute_force(model, head_d, ws_d, head_layers, output):
     """The search's placement fits and is as fast as the brute-force optimum (both refuse alike);
     returns (head, workers, options, figures, the search's placement)."""
-    head, ws = P.hosts_from_dicts(head_d, ws_d, reserve_mib=4)
-    opts = P.Options(context=256, head_layers=head_layers, output_layer=output)
+    head, ws = hosts_from_dicts(head_d, ws_d, reserve_mib=4)
+    opts = Options(context=256, head_layers=head_layers, output_layer=output)
     figures = S.figures_for(head_d, ws_d)
     expected = brute_force(model, head, ws, opts, figures)
     got = SS.fastest(model, head, ws, opts, figures)
@@ -105,7 +112,7 @@ def assert_fastest_is_brute_force(model, head_d, ws_d, head_layers, output):
 )
 def test_the_speed_search_equals_brute_force(n_layer, head_usable, workers, head_ms, head_layers, output):
     lay = layout(n_layer=n_layer, layer_mib=10, embd_mib=5, out_mib=8)
-    model = P.Model.from_layout(lay)
+    model = Model.from_layout(lay)
     head_d = with_speed(host("head", head_usable), ms=head_ms)
     ws_d = [
         with_speed(host(f"w{i}", u), ms=ms, rtt=rtt, mbit=mbit)
@@ -116,8 +123,8 @@ def test_the_speed_search_equals_brute_force(n_layer, head_usable, workers, head
         return
     # and through the planner: never refused when the memory objective places, never slower than it
     try:
-        memory = P.place(model, head, ws, opts)[0]
-    except P.PlacementError:
+        memory = place(model, head, ws, opts)[0]
+    except PlacementError:
         memory = None
     placer = SS.speed_placer(figures)
     chosen = placer(model, head, ws, opts)[0]
@@ -232,7 +239,7 @@ def test_the_speed_search_equals_brute_force_under_cpu_quotas(
     """With quota'd hosts the time is max(the chain, each quota's cap): the search must still find
     the brute-force optimum (a search that minimises compute alone loads the quota'd host)."""
     lay = layout(n_layer=n_layer, layer_mib=10, embd_mib=5, out_mib=8)
-    model = P.Model.from_layout(lay)
+    model = Model.from_layout(lay)
 
     def speed(ms, quota, **link):
         out = {"ms_per_layer": ms, **link}
@@ -273,7 +280,7 @@ def test_the_speed_search_equals_brute_force_with_measured_output_and_head_time(
     """Measured output layers (cheaper or dearer than their weight, under a quota too) and the
     head's per-token time: the search's bounds and caps must still find the brute-force optimum."""
     lay = layout(n_layer=n_layer, layer_mib=10, embd_mib=5, out_mib=8)
-    model = P.Model.from_layout(lay)
+    model = Model.from_layout(lay)
 
     def speed(ms, quota=None, out=None, **more):
         given = {"ms_per_layer": ms, "cpu_quota": quota, "output_ms": out, **more}

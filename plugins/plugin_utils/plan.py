@@ -1,0 +1,364 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The plan as a typed object: plan.json (docs/plan-format.md) parsed once, at the boundary.
+
+Controller only, pure. :meth:`Plan.from_dict` checks what the readers of a plan rely on (the
+hosts, their roles and layer ranges, the workers in ``--rpc`` order, the model's figures, the
+arguments) and refuses a plan it cannot read with a :class:`PlanError` naming the field and the
+value (``plan: hosts[1].layers must be [first, last) with 0 <= first <= last, got [3, 1]``).
+profile.py and tune.py read plans only through it: the head, the workers, the layers per host,
+the placement the time model prices, llama-server's arguments, and the same plan with another
+split (:meth:`Plan.with_split`, whose arguments come from the one builder,
+placement_render.split_args).
+
+A host holds devices (:class:`Device`): today one, its CPU, holding the host's layers; the
+format of plan.json (version 1) is unchanged, the devices are derived from it.
+"""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+import copy
+import dataclasses
+import math
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render import (
+    OUTPUT_ON_HEAD_ARGS,
+    split_args,
+)
+
+__metaclass__ = type
+
+ROLES = ("head", "worker")
+# llama-server options that say where the layers go (split_args writes them) and its polling level
+SPLIT_OPTIONS = {"--rpc": 1, "--tensor-split": 1, "-ts": 1, "-ngl": 1, "--n-gpu-layers": 1, "-sm": 1}
+POLL_OPTIONS = ("--poll", "--poll-batch")
+
+
+class PlanError(ValueError):
+    """A plan that cannot be read (the message names the field and the value)."""
+
+
+def _fail(field: str, what: str, value: Any) -> PlanError:
+    return PlanError("plan: %s must be %s, got %r" % (field, what, value))
+
+
+def _int(value: Any, field: str, lo: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise _fail(field, "an integer >= %d" % lo, value)
+    return value
+
+
+def _number(value: Any, field: str) -> Optional[float]:
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
+    if not ok:
+        raise _fail(field, "a finite number", value)
+    return float(value)
+
+
+def _text(value: Any, field: str, optional: bool = True) -> Optional[str]:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _fail(field, "a non-empty string", value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """Where some of a host's layers run: ``kind`` ``cpu`` (the only one today), ``layers``
+    [first, last) of the repeating layers and whether it holds the output layer."""
+
+    kind: str
+    layers: Tuple[int, int]
+    output_layer: bool
+
+    @property
+    def layer_count(self) -> int:
+        return self.layers[1] - self.layers[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class HostPlan:
+    """One row of the plan's ``hosts``."""
+
+    name: str
+    role: str  # head | worker
+    layers: Tuple[int, int]
+    output_layer: bool
+    endpoint: Optional[str] = None
+    address: Optional[str] = None
+    threads: Optional[int] = None
+    predicted_mib: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    headroom_mib: Optional[float] = None
+
+    @property
+    def layer_count(self) -> int:
+        """The repeating layers it holds."""
+        return self.layers[1] - self.layers[0]
+
+    @property
+    def devices(self) -> Tuple[Device, ...]:
+        """Its devices: one CPU holding its layers (GPUs come later, with their own layers)."""
+        return (Device("cpu", self.layers, self.output_layer),)
+
+    @property
+    def budget_mib(self) -> Optional[float]:
+        """Its memory budget: its predicted total + headroom (None when the row has no figures)."""
+        total = self.predicted_mib.get("total")
+        if self.headroom_mib is None or total is None:
+            return None
+        return float(self.headroom_mib) + float(total)
+
+    @classmethod
+    def from_dict(cls, row: Any, field: str, role: str) -> HostPlan:
+        if not isinstance(row, Mapping):
+            raise _fail(field, "a host dict", row)
+        name = _text(row.get("name"), field + ".name", optional=False)
+        role = row.get("role", role)
+        if role not in ROLES:
+            raise _fail(field + ".role", "head or worker", role)
+        span = row.get("layers", [0, 0])
+        if (
+            not isinstance(span, (list, tuple))
+            or len(span) != 2
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in span)
+            or not 0 <= span[0] <= span[1]
+        ):
+            raise _fail(field + ".layers", "[first, last) with 0 <= first <= last", span)
+        threads = row.get("threads")
+        mib = row.get("predicted_mib") or {}
+        if not isinstance(mib, Mapping):
+            raise _fail(field + ".predicted_mib", "a dict of MiB", mib)
+        return cls(
+            name=str(name),
+            role=str(role),
+            layers=(span[0], span[1]),
+            output_layer=bool(row.get("output_layer")),
+            endpoint=_text(row.get("endpoint"), field + ".endpoint"),
+            address=_text(row.get("address"), field + ".address"),
+            threads=_int(threads, field + ".threads", 1) if threads is not None else None,
+            predicted_mib={
+                str(k): _number(v, "%s.predicted_mib.%s" % (field, k))
+                for k, v in mib.items()
+                if v is not None
+            },
+            headroom_mib=_number(row.get("headroom_mib"), field + ".headroom_mib"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelPlan:
+    """The plan's ``model``: what profile and tune read of it."""
+
+    n_layer: Optional[int] = None
+    n_embd: int = 0
+    n_vocab: int = 0
+    tied_output: bool = True
+    output_mib: Optional[float] = None
+    output_largest_mib: Optional[float] = None
+    pipeline_extra_mib: Optional[float] = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ModelPlan:
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise _fail("model", "a dict", data)
+        n_layer = data.get("n_layer")
+        return cls(
+            n_layer=_int(n_layer, "model.n_layer", 1) if n_layer is not None else None,
+            n_embd=_int(data.get("n_embd") or 0, "model.n_embd"),
+            n_vocab=_int(data.get("n_vocab") or 0, "model.n_vocab"),
+            tied_output=bool(data.get("tied_output", True)),
+            output_mib=_number(data.get("output_mib"), "model.output_mib"),
+            output_largest_mib=_number(data.get("output_largest_mib"), "model.output_largest_mib"),
+            pipeline_extra_mib=_number(data.get("pipeline_extra_mib"), "model.pipeline_extra_mib"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A parsed plan: its rows, the head, the used workers in ``--rpc`` order, the model and the
+    arguments; ``data`` is plan.json as read (:meth:`to_dict` gives it back, a copy)."""
+
+    hosts: Tuple[HostPlan, ...]
+    head: HostPlan
+    workers: Tuple[HostPlan, ...]
+    model: ModelPlan
+    llama_server_args: Tuple[str, ...]
+    data: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Plan:
+        """Parse a plan dict (plan.json, ``llmfleet_plan``); :class:`PlanError` names the field.
+
+        The head is the row named by ``head`` (else the row whose role is head, else the first);
+        a row without a role is the head's or a worker's by that. The workers are the rows of
+        ``workers`` (when the plan lists them, else every worker row), in the rows' order."""
+        if not isinstance(data, Mapping):
+            raise _fail("(the plan)", "a dict", data)
+        rows = data.get("hosts")
+        if not isinstance(rows, list) or not rows:
+            raise _fail("hosts", "a non-empty list of host rows", rows)
+        head_name = data.get("head")
+        if head_name is None:
+            head_name = next(
+                (r.get("name") for r in rows if isinstance(r, Mapping) and r.get("role") == "head"),
+                rows[0].get("name") if isinstance(rows[0], Mapping) else None,
+            )
+        hosts = []
+        for i, row in enumerate(rows):
+            default = "head" if isinstance(row, Mapping) and row.get("name") == head_name else "worker"
+            hosts.append(HostPlan.from_dict(row, "hosts[%d]" % i, default))
+        names = [h.name for h in hosts]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise _fail("hosts", "rows with unique names", dupes)
+        heads = [h for h in hosts if h.role == "head"]
+        if len(heads) != 1 or heads[0].name != head_name:
+            raise _fail(
+                "head", "the name of the one head row (%s)" % ", ".join(h.name for h in heads), head_name
+            )
+        listed = data.get("workers")
+        if listed is None:
+            used = [h for h in hosts if h.role == "worker"]
+        else:
+            if not isinstance(listed, list) or any(not isinstance(n, str) for n in listed):
+                raise _fail("workers", "a list of host names", listed)
+            unknown = [n for n in listed if n not in names or n == head_name]
+            if unknown:
+                raise _fail("workers", "names of worker rows of hosts", unknown)
+            used = [h for h in hosts if h.role == "worker" and h.name in listed]
+        args = data.get("llama_server_args") or []
+        if not isinstance(args, list) or any(not isinstance(a, (str, int, float)) for a in args):
+            raise _fail("llama_server_args", "a list of strings", args)
+        return cls(
+            hosts=tuple(hosts),
+            head=heads[0],
+            workers=tuple(used),
+            model=ModelPlan.from_dict(data.get("model")),
+            llama_server_args=tuple(str(a) for a in args),
+            data=data,
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        """plan.json as it was read (a deep copy: the caller may change it)."""
+        return copy.deepcopy(dict(self.data))
+
+    # ------------------------------------------------------------------ the placement
+
+    @property
+    def head_layers(self) -> int:
+        return self.head.layer_count
+
+    @property
+    def worker_layers(self) -> List[int]:
+        """The used workers' repeating layers, in ``--rpc`` order."""
+        return [w.layer_count for w in self.workers]
+
+    @property
+    def output_on_head(self) -> bool:
+        """Whether the head holds the output layer (or no used worker does)."""
+        return self.head.output_layer or not any(w.output_layer for w in self.workers)
+
+    @property
+    def names(self) -> List[str]:
+        """The head, then the used workers in ``--rpc`` order."""
+        return [self.head.name, *(w.name for w in self.workers)]
+
+    def layer_counts(self) -> Dict[str, int]:
+        """Host -> the repeating layers it holds (every row)."""
+        return {h.name: h.layer_count for h in self.hosts}
+
+    def host(self, name: str) -> Optional[HostPlan]:
+        return next((h for h in self.hosts if h.name == name), None)
+
+    def row(self, host: HostPlan) -> Dict[str, Any]:
+        """A copy of the row of plan.json that ``host`` was read from (every field, kept as is)."""
+        return copy.deepcopy(dict(self.data["hosts"][self.hosts.index(host)]))
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """The options the plan was made with (``planned_with.options``; empty when not recorded)."""
+        got = (self.data.get("planned_with") or {}).get("options")
+        return got if isinstance(got, Mapping) else {}
+
+    def candidate(self, name: str) -> Optional[Mapping[str, Any]]:
+        """A candidate host the plan was made from (``planned_with.hosts``: address, port, cpus)."""
+        hosts = (self.data.get("planned_with") or {}).get("hosts") or []
+        return next((h for h in hosts if isinstance(h, Mapping) and h.get("name") == name), None)
+
+    # ------------------------------------------------------------------ the arguments
+
+    def option_args(self) -> List[str]:
+        """llama-server's arguments without the split (``--rpc``, ``--tensor-split``, ``-ngl``,
+        ``-sm``, the output override) and without ``--poll``: the options the split keeps."""
+        args = list(self.llama_server_args)
+        out: List[str] = []
+        i = 0
+        while i < len(args):
+            key, eq, _value = args[i].partition("=")
+            if key in SPLIT_OPTIONS or key in POLL_OPTIONS:
+                i += 1 if eq else 2
+                continue
+            if tuple(args[i : i + 2]) == OUTPUT_ON_HEAD_ARGS:
+                i += 2
+                continue
+            out.append(args[i])
+            i += 1
+        return out
+
+    def split_value(self, option: str) -> Optional[str]:
+        """The value of one split option in the plan's arguments (None when absent)."""
+        args = list(self.llama_server_args)
+        for i, arg in enumerate(args):
+            key, eq, value = arg.partition("=")
+            if key == option:
+                return value if eq else (args[i + 1] if i + 1 < len(args) else None)
+        return None
+
+    def with_split(
+        self,
+        workers: Sequence[Mapping[str, Any]],
+        head_layers: int,
+        counts: Sequence[int],
+        output_on_head: bool,
+        head: Optional[Mapping[str, Any]] = None,
+        others: Sequence[Mapping[str, Any]] = (),
+        poll: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """This plan (a dict) with another split: ``workers`` (rows, in ``--rpc`` order) holding
+        ``counts`` repeating layers each after the head's ``head_layers``, the output layer on the
+        head or the last worker; ``head`` replaces the head's row, ``others`` are rows of hosts
+        the split does not use. Each row's ``layers`` and ``output_layer`` are set here, the
+        arguments are split_args's followed by the plan's other options (and ``--poll poll``)."""
+        if len(workers) != len(counts):
+            raise PlanError("plan: %d workers for %d layer counts" % (len(workers), len(counts)))
+        out = self.to_dict()
+        head_row = dict(head) if head is not None else self.row(self.head)
+        head_row["layers"] = [0, head_layers]
+        head_row["output_layer"] = bool(output_on_head or not workers)
+        placed = []
+        first = head_layers
+        for i, (row, count) in enumerate(zip(workers, counts)):
+            row = dict(row, layers=[first, first + count])
+            row["output_layer"] = not output_on_head and i == len(workers) - 1
+            placed.append(row)
+            first += count
+        args = split_args([str(w.get("endpoint")) for w in placed], head_layers, list(counts), output_on_head)
+        args += self.option_args()
+        if poll is not None:
+            args += ["--poll", str(poll)]
+        out["hosts"] = [head_row, *placed, *others]
+        out["workers"] = [str(w["name"]) for w in placed]
+        out["llama_server_args"] = args
+        return out
+
+
+def parse(data: Any) -> Plan:
+    """:meth:`Plan.from_dict`."""
+    return Plan.from_dict(data)
