@@ -1,0 +1,191 @@
+"""The typed plan (plugins/plugin_utils/plan.py) and the one builder of llama-server's split
+arguments (placement_render.split_args)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed_search
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render import (
+    OUTPUT_ON_HEAD_ARGS,
+    split_args,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import assign_slots
+
+from tests.unit.plugins.plugin_utils.test_placement import host, layout
+
+
+def real_plan(**options) -> dict:
+    """A plan from the planner itself: a head that holds layers, two workers of three."""
+    workers = [host("w1", 120), host("w2", 120), host("w3", 40)]
+    return speed_search.make_plan(
+        layout(n_layer=12),
+        {"name": "m", "file": "/m.gguf", "sha256": "a" * 64},
+        host("head", 60),
+        workers,
+        {"context": 1024, **options},
+        reserve_mib=8,
+    )
+
+
+def test_a_real_plan_round_trips_and_gives_its_placement() -> None:
+    data = real_plan()
+    plan = Plan.from_dict(data)
+    assert plan.to_dict() == data and plan.to_dict() is not data
+    # the plan as JSON reads the same
+    assert Plan.from_dict(json.loads(json.dumps(data))) == plan
+    assert plan.head.name == "head" and plan.head.role == "head"
+    assert [w.name for w in plan.workers] == data["workers"]
+    assert plan.names == [data["head"], *data["workers"]]
+    assert plan.worker_layers == data["layer_counts"]
+    assert plan.head_layers + sum(plan.worker_layers) == 12
+    rows = {h["name"]: h for h in data["hosts"]}
+    assert plan.layer_counts() == {n: r["layers"][1] - r["layers"][0] for n, r in rows.items()}
+    assert plan.output_on_head == rows["head"]["output_layer"]
+    assert plan.llama_server_args == tuple(data["llama_server_args"])
+    # a host holds devices: today its CPU, holding its layers
+    for h in plan.hosts:
+        assert [(d.kind, d.layers, d.output_layer) for d in h.devices] == [
+            ("cpu", tuple(rows[h.name]["layers"]), rows[h.name]["output_layer"])
+        ]
+        assert h.budget_mib == pytest.approx(
+            rows[h.name]["headroom_mib"] + rows[h.name]["predicted_mib"]["total"]
+        )
+
+
+def test_the_same_split_again_gives_the_plans_own_arguments() -> None:
+    """with_split with the plan's own split rebuilds exactly the arguments the planner wrote:
+    one builder for both."""
+    for options in ({}, {"output_layer": "head"}, {"output_layer": "worker"}, {"cache_type_k": "q8_0"}):
+        data = real_plan(**options)
+        plan = Plan.from_dict(data)
+        again = plan.with_split(
+            [plan.row(w) for w in plan.workers], plan.head_layers, plan.worker_layers, plan.output_on_head
+        )
+        assert again == data, options
+        # and with --poll
+        polled = plan.with_split(
+            [plan.row(w) for w in plan.workers],
+            plan.head_layers,
+            plan.worker_layers,
+            plan.output_on_head,
+            poll=0,
+        )
+        assert polled["llama_server_args"] == [*data["llama_server_args"], "--poll", "0"]
+
+
+def test_with_split_moves_layers_and_the_output_layer() -> None:
+    data = real_plan(output_layer="worker")
+    plan = Plan.from_dict(data)
+    rows = [plan.row(w) for w in reversed(plan.workers)]
+    total = plan.head_layers + sum(plan.worker_layers)
+    moved = plan.with_split(rows, 0, [total - 1, 1], True)
+    got = Plan.from_dict(moved)
+    assert got.names[1:] == [r["name"] for r in rows]
+    assert got.worker_layers == [total - 1, 1] and got.head_layers == 0 and got.output_on_head
+    assert [h["layers"] for h in moved["hosts"][1:]] == [[0, total - 1], [total - 1, total]]
+    args = moved["llama_server_args"]
+    assert args[args.index("--tensor-split") + 1] == f"{total - 1},2"
+    assert args[args.index("-ngl") + 1] == str(total + 1)
+    assert list(OUTPUT_ON_HEAD_ARGS) == args[args.index("-ot") : args.index("-ot") + 2]
+    assert args[-4:] == ["-c", "1024", "-np", "1"]
+    # the plan it came from is unchanged
+    assert data == real_plan(output_layer="worker")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda p: p.update(hosts=[]), r"plan: hosts must be a non-empty list of host rows, got \[\]"),
+        (
+            lambda p: p["hosts"][1].update(layers=[5, 2]),
+            r"plan: hosts\[1\]\.layers must be \[first, last\).*got \[5, 2\]",
+        ),
+        (lambda p: p["hosts"][1].update(layers="0-3"), r"plan: hosts\[1\]\.layers must be .* got '0-3'"),
+        (
+            lambda p: p["hosts"][2].update(role="boss"),
+            r"plan: hosts\[2\]\.role must be head or worker, got 'boss'",
+        ),
+        (lambda p: p["hosts"][0].pop("name"), r"plan: hosts\[0\]\.name must be a non-empty string, got None"),
+        (
+            lambda p: p["hosts"][1].update(threads=0),
+            r"plan: hosts\[1\]\.threads must be an integer >= 1, got 0",
+        ),
+        (
+            lambda p: p["hosts"][1]["predicted_mib"].update(kv="lots"),
+            r"hosts\[1\]\.predicted_mib\.kv must be a finite number, got 'lots'",
+        ),
+        (
+            lambda p: p.update(workers=["w1", "nobody"]),
+            r"plan: workers must be names of worker rows of hosts, got \['nobody'\]",
+        ),
+        (
+            lambda p: p.update(head="w1"),
+            r"plan: head must be the name of the one head row \(head\), got 'w1'",
+        ),
+        (lambda p: p["model"].update(n_layer=0), r"plan: model\.n_layer must be an integer >= 1, got 0"),
+        (
+            lambda p: p.update(llama_server_args="-ngl 0"),
+            r"plan: llama_server_args must be a list of strings, got '-ngl 0'",
+        ),
+        (
+            lambda p: p["hosts"].append(dict(p["hosts"][1])),
+            r"plan: hosts must be rows with unique names, got \['w\d'\]",
+        ),
+    ],
+)
+def test_a_bad_field_is_named_with_its_value(change, message) -> None:
+    data = copy.deepcopy(real_plan())
+    change(data)
+    with pytest.raises(PlanError, match=message):
+        Plan.from_dict(data)
+
+
+def test_a_partial_plan_reads_with_the_documented_defaults() -> None:
+    """tune's and profile's plans as tests and older runs write them: no roles (the head is the
+    row named ``head``), no model, no workers list (every worker row)."""
+    plan = Plan.from_dict(
+        {
+            "head": "h",
+            "hosts": [
+                {"name": "h", "layers": [0, 2], "output_layer": True},
+                {"name": "a", "layers": [2, 5]},
+                {"name": "b", "layers": [5, 8]},
+            ],
+        }
+    )
+    assert plan.head.role == "head" and [w.role for w in plan.workers] == ["worker", "worker"]
+    assert plan.worker_layers == [3, 3] and plan.output_on_head
+    assert plan.model.n_layer is None and plan.llama_server_args == ()
+
+
+@pytest.mark.parametrize(
+    ("head_layers", "counts", "on_head"),
+    [(0, [5, 7], False), (3, [4, 5], True), (0, [12], False), (2, [9, 0, 1], False), (11, [1], True)],
+)
+def test_split_args_gives_llama_cpp_exactly_the_layers(head_layers, counts, on_head) -> None:
+    endpoints = [f"10.0.0.{i + 2}:50052" for i in range(len(counts))]
+    args = split_args(endpoints, head_layers, counts, on_head)
+    n_layer = head_layers + sum(counts)
+    assert args[:2] == ["--rpc", ",".join(endpoints)]
+    ts = [float(x) for x in args[args.index("--tensor-split") + 1].split(",")]
+    ngl = int(args[args.index("-ngl") + 1])
+    slots = assign_slots(ts, n_layer, ngl)
+    # llama.cpp's own rule: the head's CPU holds the first layers, each device its count, the
+    # output slot (the last) on the last device (kept on the head by -ot when on_head)
+    assert slots[:head_layers] == [-1] * head_layers
+    assert [slots[:n_layer].count(i) for i in range(len(counts))] == counts
+    assert slots[n_layer] == len(counts) - 1
+    assert ("-ot" in args) == on_head
+    assert args[args.index("-sm") + 1] == "layer"
+
+
+def test_split_args_without_workers_and_refusals() -> None:
+    assert split_args([], 12, [], True) == ["-ngl", "0"]
+    with pytest.raises(ValueError, match="2 endpoints for 1 layer counts"):
+        split_args(["a:1", "b:1"], 0, [4], False)
+    with pytest.raises(ValueError, match="slot counts must be non-negative"):
+        split_args(["a:1"], 0, [-2], False)
