@@ -22,7 +22,7 @@ description:
     terms (docs/profile.md).
   - What could not be measured is kept as C(not_measured) sentences naming the host. A zero,
     negative, non-finite figure or a 0 Mbit link fails the filter naming the host.
-  - The logic lives in C(plugins/plugin_utils/profile.py).
+  - The logic lives in C(plugins/plugin_utils/profile_figures.py) (C(measure)) and C(plugins/plugin_utils/profile.py) (C(build_profile)).
 options:
   _input:
     description: Host name -> the three C(llmfleet.cluster.host_usage) samples of the verify role.
@@ -89,11 +89,8 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import (
-    ProfileError,
-    build_profile,
-    measure,
-)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import ProfileError, build_profile
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile_figures import measure
 
 
 def profile_build(

@@ -16,7 +16,7 @@ description:
   - Adds C(--poll 0) so that llama-server's CPU threads sleep while they wait for the workers
     (their CPU seconds are then their work, not spinning).
   - No fallbacks (the measuring run needs every host). The logic lives in
-    C(plugins/plugin_utils/profile.py); see docs/profile.md.
+    C(plugins/plugin_utils/measuring.py) (the split through C(plan.Plan.with_split)); see docs/profile.md.
 options:
   _input:
     description: The served plan (plan.json).

@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import measuring as meas
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile as prof
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile_figures as figs
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[4] / "docs" / "profile.schema.json").read_text())
 UNITS = {"head": "llama-server", "worker": "rpc-server"}
@@ -118,7 +119,7 @@ def timings(output_on):
 
 def measured(second_timings=None):
     moved = {"plan": plan("fast"), "samples": samples("fast"), "timings": second_timings or timings("fast")}
-    return prof.measure(plan("head"), samples("head"), timings("head"), FACTS, UNITS, LINKS, moved)
+    return figs.measure(plan("head"), samples("head"), timings("head"), FACTS, UNITS, LINKS, moved)
 
 
 def made_profile(got):
@@ -175,7 +176,7 @@ def test_the_model_gives_back_both_requests() -> None:
     # nas never held it: the measured ratio of its own layers
     assert s["nas"]["output_ms"] == pytest.approx(FAST_OUTPUT / FAST_LAYER * NAS_LAYER, abs=1e-2)
     # the planner's model on request 1's placement gives back its time
-    est = prof.predict_request(plan("head"), s)
+    est = figs.predict_request(plan("head"), s)
     assert est.ms_per_token == pytest.approx(wall_ms("head"), abs=0.01)
 
 
@@ -193,7 +194,7 @@ def test_a_request_bound_by_a_quota_gives_no_residual() -> None:
         "samples": second,
         "timings": {"prompt_ms": 0.0, "predicted_ms": 140.0 * TOKENS, "predicted_n": TOKENS},
     }
-    got = prof.measure(plan("head"), samples("head"), timings("head"), FACTS, UNITS, LINKS, moved)
+    got = figs.measure(plan("head"), samples("head"), timings("head"), FACTS, UNITS, LINKS, moved)
     assert got["output_layers"] == pytest.approx(30.0 / NAS_LAYER, abs=1e-3)
     assert list(got["token"]["residuals"]) == ["on"]
     head = got["hosts"]["head"]
@@ -218,7 +219,7 @@ def test_a_failed_second_request_keeps_the_first_requests_figures() -> None:
 
 def test_an_output_layer_that_cost_nothing_is_not_a_figure() -> None:
     moved = {"plan": plan("fast"), "samples": samples("head"), "timings": timings("fast")}
-    got = prof.measure(plan("head"), samples("head"), timings("head"), FACTS, UNITS, LINKS, moved)
+    got = figs.measure(plan("head"), samples("head"), timings("head"), FACTS, UNITS, LINKS, moved)
     assert "output_cpu_ms" not in got["hosts"]["fast"]
     assert got["hosts"]["fast"]["output_reason"].startswith(
         "not measured: fast: the output layer added 0.000"
@@ -394,7 +395,7 @@ def test_three_requests_measure_the_output_layer_on_the_quota_d_worker_too() -> 
         "timings": {"prompt_ms": 0.0, "predicted_ms": 100.0 * TOKENS, "predicted_n": TOKENS},
     }
     second = {"plan": plan("fast"), "samples": samples("fast"), "timings": timings("fast")}
-    got = prof.measure(plan("head"), samples("head"), timings("head"), FACTS, UNITS, LINKS, [second, third])
+    got = figs.measure(plan("head"), samples("head"), timings("head"), FACTS, UNITS, LINKS, [second, third])
     assert got["hosts"]["nas"]["output_cpu_ms"] == pytest.approx(22.0, abs=1e-3)
     assert got["hosts"]["fast"]["output_cpu_ms"] == pytest.approx(FAST_OUTPUT, abs=1e-3)
     # the ratio is the first worker's (fast, request 2); the head still from requests 1 and 2

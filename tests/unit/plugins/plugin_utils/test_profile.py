@@ -10,6 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile as prof
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile_figures as figs
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[4] / "docs" / "profile.schema.json").read_text())
 SHA = "a" * 64
@@ -80,7 +81,7 @@ TIMINGS = {"prompt_ms": 100.0, "predicted_ms": 900.0, "predicted_n": 40}
 
 
 def test_ms_per_layer_from_the_cpu_seconds_of_a_request() -> None:
-    figures = prof.compute_figures(PLAN, SAMPLES, TIMINGS, FACTS, UNITS)
+    figures = figs.compute_figures(PLAN, SAMPLES, TIMINGS, FACTS, UNITS)
     # w1 (one rpc-server thread): 1.6 CPU s * 0.9 decode = 1.44 s = 1440 ms / 40 tokens / 8 layers
     assert figures["w1"]["ms_per_layer"] == pytest.approx(4.5)
     assert figures["w1"]["cpu_ms_per_layer"] == pytest.approx(4.5) and figures["w1"]["cpu_quota"] is None
@@ -98,15 +99,15 @@ def test_ms_per_layer_from_the_cpu_seconds_of_a_request() -> None:
 
 def test_a_host_without_work_is_named_not_measured() -> None:
     samples = dict(SAMPLES, w1=window("rpc-server", 2.0, 2.0))
-    figures = prof.compute_figures(PLAN, samples, TIMINGS, FACTS, UNITS)
+    figures = figs.compute_figures(PLAN, samples, TIMINGS, FACTS, UNITS)
     assert "ms_per_layer" not in figures["w1"]
     assert figures["w1"]["reason"].startswith("not measured: w1: unit rpc-server used 0.0000 CPU seconds")
-    short = prof.compute_figures(PLAN, SAMPLES, dict(TIMINGS, predicted_n=1), FACTS, UNITS)
+    short = figs.compute_figures(PLAN, SAMPLES, dict(TIMINGS, predicted_n=1), FACTS, UNITS)
     assert all("tokens" in v["reason"] for v in short.values())
 
 
 def profile():
-    figures = prof.compute_figures(PLAN, SAMPLES, TIMINGS, FACTS, UNITS)
+    figures = figs.compute_figures(PLAN, SAMPLES, TIMINGS, FACTS, UNITS)
     links = {
         "w1": {
             "measured": True,
@@ -212,7 +213,7 @@ def test_a_worker_without_link_figures_gets_none() -> None:
 
 @pytest.mark.parametrize("value", [0, -3, math.nan, 1e9])
 def test_odd_figures_are_refused_when_the_profile_is_written(value) -> None:
-    figures = prof.compute_figures(PLAN, SAMPLES, TIMINGS, FACTS, UNITS)
+    figures = figs.compute_figures(PLAN, SAMPLES, TIMINGS, FACTS, UNITS)
     links = {"w1": {"measured": True, "rtt_ms": 0.4, "mbit_s": value}}
     with pytest.raises(prof.ProfileError, match=r"^w1: mbit_s is "):
         prof.build_profile(None, "b0c1e570", {"sha256": SHA}, FACTS, figures, links, NOW)
@@ -257,7 +258,7 @@ def test_the_output_layer_on_the_head_counts_by_its_weight(tied, head_weights) -
     plan["model"] = {"tied_output": tied}
     plan["hosts"][0].update(output_layer=True, predicted_mib={"weights": head_weights})
     plan["hosts"][2].update(output_layer=False, predicted_mib={"weights": 12.0})
-    figures = prof.compute_figures(plan, SAMPLES, TIMINGS, FACTS, UNITS)
+    figures = figs.compute_figures(plan, SAMPLES, TIMINGS, FACTS, UNITS)
     assert figures["head"]["layer_equivalents"] == pytest.approx(12.0)
     # 0.5 CPU s * 0.9 / 2 CPUs = 225 ms / 40 tokens / 12 = 0.46875
     assert figures["head"]["ms_per_layer"] == pytest.approx(0.46875, abs=1e-4)
@@ -291,7 +292,7 @@ def test_a_multi_thread_rpc_server_is_not_trusted() -> None:
     s for 8 layers at 2 threads, 0.94 at 1): its figure is not made, the host is named."""
     plan = copy.deepcopy(PLAN)
     plan["hosts"][1]["threads"] = 2
-    figures = prof.compute_figures(plan, SAMPLES, TIMINGS, FACTS, UNITS)
+    figures = figs.compute_figures(plan, SAMPLES, TIMINGS, FACTS, UNITS)
     assert "ms_per_layer" not in figures["w1"]
     assert figures["w1"]["reason"] == (
         "not measured: w1: rpc-server ran with 2 threads: its CPU seconds are mostly its threads"

@@ -10,6 +10,7 @@ import copy
 import pytest
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import measuring as meas
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile as prof
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile_figures as figs
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.measuring import measuring_plan
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import assign_slots
 
@@ -105,7 +106,7 @@ FACTS = {"head": FACT, "fast": FACT, "wifi": FACT, "nas": dict(FACT, cpu_quota=0
 
 def test_the_served_plan_gives_a_left_out_worker_no_figure() -> None:
     """Why the measuring placement exists: the old profile measured through the served plan."""
-    figures = prof.compute_figures(SERVED, SAMPLES, TIMINGS, FACTS, UNITS)
+    figures = figs.compute_figures(SERVED, SAMPLES, TIMINGS, FACTS, UNITS)
     assert "wifi" not in figures
 
 
@@ -138,7 +139,7 @@ def test_the_left_out_worker_gets_layers_from_the_head_and_everything_else_stays
 
 def test_one_request_through_it_measures_every_host() -> None:
     m = meas.measuring_plan(SERVED, ["wifi"])
-    figures = prof.compute_figures(m, SAMPLES, TIMINGS, FACTS, UNITS)
+    figures = figs.compute_figures(m, SAMPLES, TIMINGS, FACTS, UNITS)
     # wifi: 0.5 CPU s / 1 CPU = 500 ms / 20 tokens / 2 layers = 12.5 ms per layer
     assert figures["wifi"]["ms_per_layer"] == pytest.approx(12.5)
     # fast: 960 ms / 20 / 12 = 4.0
@@ -195,3 +196,27 @@ def test_every_worker_is_measured_at_one_rpc_server_thread() -> None:
     assert m["measuring"]["worker_threads"] == 1
     head = next(h for h in m["hosts"] if h["role"] == "head")
     assert "serving_threads" not in head
+
+
+def workerless_plan() -> dict:
+    """A plan whose head holds every layer and the output layer (no worker used)."""
+    served = copy.deepcopy(SERVED)
+    served["workers"] = []
+    served["hosts"] = [dict(SERVED["hosts"][0], layers=[0, 18], output_layer=True)]
+    served["llama_server_args"] = ["-ngl", "0", "-sm", "layer", "-c", "4096", "-np", "1"]
+    return served
+
+
+def test_a_workerless_plan_keeps_its_output_layer_on_the_head_when_a_worker_is_added() -> None:
+    """The rows say the output layer stays on the head: the arguments must say so too (the
+    override), not hand llama.cpp's output slot to the added worker (the old hand-built split
+    did: -ngl 3 with no -ot put the output layer on wifi)."""
+    m = measuring_plan(workerless_plan(), ["wifi"])
+    assert [h["name"] for h in m["hosts"] if h.get("output_layer")] == ["head"]
+    args = m["llama_server_args"]
+    assert args[:6] == ["--rpc", "10.0.0.8:50052", "--tensor-split", "3", "-ngl", "3"]
+    assert args[args.index("-ot") + 1] == r"^(output|token_embd)\.weight$=CPU"
+    # nothing added: the plan's own -ngl 0 stays (the old split dropped it)
+    assert measuring_plan(workerless_plan(), [])["llama_server_args"] == [
+        *("-ngl", "0", "-c", "4096", "-np", "1", "--poll", "0")
+    ]
