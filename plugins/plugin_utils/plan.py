@@ -32,7 +32,7 @@ __metaclass__ = type
 
 ROLES = ("head", "worker")
 # llama-server options that say where the layers go (split_args writes them) and its polling level
-SPLIT_OPTIONS = {"--rpc": 1, "--tensor-split": 1, "-ts": 1, "-ngl": 1, "--n-gpu-layers": 1, "-sm": 1}
+SPLIT_OPTIONS = ("--rpc", "--tensor-split", "-ts", "-ngl", "--n-gpu-layers", "-sm", "--split-mode")
 POLL_OPTIONS = ("--poll", "--poll-batch")
 
 
