@@ -42,7 +42,8 @@ def test_the_rounds_measure_through_the_fleets_entry_point_and_say_why_none_answ
     plays = _tasks(ROOT / "playbooks" / "tune.yml")
     play = next(p for p in plays if str(p.get("name", "")).startswith("Measure the plans alternately"))
     endpoint = play["vars"]["_tune_endpoint"]
-    assert "llmfleet.cluster.api_endpoint" in endpoint and "tls=llmfleet_tls" in endpoint
+    assert "llmfleet.cluster.api_endpoint" in endpoint
+    assert "tls=lookup('llmfleet.cluster.fleet', 'llmfleet_tls')" in endpoint
     tasks = _tasks(ROOT / "playbooks" / "tasks" / "tune_round.yml")
     names = [t.get("name", "") for t in tasks]
     measure = next(t for t in tasks if "llmfleet.cluster.api_bench" in t)
@@ -120,7 +121,7 @@ def test_molecule_tune_converges_without_site_verify() -> None:
     # molecule/tune's test measures the fleet itself: its converge leaves verify.yml out (~70 s)
     site = _tasks(ROOT / "playbooks" / "site.yml")
     verify = next(p for p in site if p.get("ansible.builtin.import_playbook") == "verify.yml")
-    assert "llmfleet_site_verify | default(true) | bool" in verify["when"]
+    assert "lookup('llmfleet.cluster.fleet', 'llmfleet_site_verify') | bool" in verify["when"]
     scenario = yaml.safe_load((ROOT / "molecule" / "tune" / "molecule.yml").read_text())
     group_vars = scenario["provisioner"]["inventory"]["group_vars"]["all"]
     assert group_vars["llmfleet_site_verify"] is False
