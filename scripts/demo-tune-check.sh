@@ -28,9 +28,12 @@ cleanup() {
 trap cleanup EXIT
 
 start=$(date +%s)
-bash scripts/demo.sh up "$inventory" | tee "$state.up.log"
+# the demo's output, beside its directory (demo down removes the directory)
+up_log=$(dirname "$state")/$(basename "$state").up.log
+mkdir -p "$(dirname "$state")"
+bash scripts/demo.sh up "$inventory" | tee "$up_log"
 up_time=$(($(date +%s) - start))
-grep -qF "ansible-playbook playbooks/tune.yml -i $inventory" "$state.up.log" || {
+grep -qF "ansible-playbook playbooks/tune.yml -i $inventory" "$up_log" || {
   echo "demo-tune-check: the demo did not print how to tune it" >&2
   exit 1
 }
