@@ -28,8 +28,9 @@ cleanup() {
 trap cleanup EXIT
 
 start=$(date +%s)
-# the demo's output, beside its directory (demo down removes the directory)
+# the demo's and tune.yml's output, beside the demo's directory (demo down removes the directory)
 up_log=$(dirname "$state")/$(basename "$state").up.log
+tune_log=$(dirname "$state")/$(basename "$state").tune.log
 mkdir -p "$(dirname "$state")"
 bash scripts/demo.sh up "$inventory" | tee "$up_log"
 up_time=$(($(date +%s) - start))
@@ -41,13 +42,13 @@ rm -f "$state/out/tune.json"
 
 # The README's line, as printed.
 tune_start=$(date +%s)
-if ! ansible-playbook playbooks/tune.yml -i "$inventory" >"$state/tune.log" 2>&1; then
-  tail -n 60 "$state/tune.log" >&2
-  echo "demo-tune-check: tune.yml failed; the log is $state/tune.log" >&2
+if ! ansible-playbook playbooks/tune.yml -i "$inventory" >"$tune_log" 2>&1; then
+  tail -n 60 "$tune_log" >&2
+  echo "demo-tune-check: tune.yml failed; the log is $tune_log" >&2
   exit 1
 fi
 tune_time=$(($(date +%s) - tune_start))
-python3 - "$state/out" "$state/tune.log" <<'PY'
+python3 - "$state/out" "$tune_log" <<'PY'
 import json, pathlib, sys
 out, log = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]).read_text()
 result = json.loads((out / "tune.json").read_text())
@@ -62,4 +63,4 @@ print(f"demo-tune-check: measured {len(rounds)} round(s): "
       + ", ".join(f"{r['plan']} {r['tokens_per_second']:.2f} tokens/s" for r in rounds))
 print(f"demo-tune-check: verdict: {result['verdict']}")
 PY
-echo "demo-tune-check: passed (demo up ${up_time}s, tune.yml ${tune_time}s; the log is $state/tune.log)"
+echo "demo-tune-check: passed (demo up ${up_time}s, tune.yml ${tune_time}s; the log is $tune_log)"
