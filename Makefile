@@ -11,6 +11,7 @@ VENV := $(ROOT)/.venv
 CACHE := $(ROOT)/.cache
 STAMP := $(VENV)/.requirements-$(shell sha256sum requirements.txt | cut -c1-12)
 DEMO_INVENTORY ?= inventories/demo
+DEMO_TUNE_INVENTORY ?= inventories/demo-uneven
 SCENARIO ?=
 # Molecule scenarios run side by side in this many lanes (scripts/run-molecule.sh; the scenarios
 # with a RUN_ALONE file run first, by themselves). MOLECULE_LANES=1: one at a time, as before.
@@ -38,7 +39,7 @@ export ANSIBLE_NOCOLOR := 1
 export NO_COLOR := 1
 
 .PHONY: help venv link host-setup images test-artifacts vllm-artifacts lint unit docs-check manifests \
-        build-check browser molecule demo-check test demo demo-down requirements clean \
+        build-check browser molecule demo-check demo-tune-check test demo demo-down requirements clean \
         sanity docs docs-lint galaxy-check gates
 
 help:
@@ -47,6 +48,7 @@ help:
 	@echo "make test       every check: lint, unit, docs, the ecosystem's gates, manifests, build, molecule"
 	@echo "parts: make lint | unit | docs-check | manifests | build-check | browser | molecule [SCENARIO=name]"
 	@echo "       make demo-check (the demo end to end: site.yml, verify, the chat page in a browser)"
+	@echo "       make demo-tune-check (demo-uneven up, then the README's tune.yml line on it)"
 	@echo "       make test-artifacts | images | venv"
 	@echo "the ecosystem's gates: make sanity [SANITY='--test pep8'] | docs | docs-lint | galaxy-check"
 	@echo "       make gates (the three, each skipped while its inputs are unchanged; GATES_FORCE=1)"
@@ -107,6 +109,12 @@ molecule: venv link images test-artifacts
 # real browser; the fleet is removed afterwards unless it was running before.
 demo-check: venv link host-setup images test-artifacts
 	@bash scripts/demo-check.sh $(DEMO_INVENTORY)
+
+# The demo fleet as the user's playground: make demo, then the README's tune.yml line on it as
+# printed (it measures through the fleet's TLS front, decides and says so); removed afterwards
+# unless it was running before. DEMO_TUNE_INVENTORY: inventories/demo-uneven by default.
+demo-tune-check: venv link images test-artifacts
+	@bash scripts/demo-tune-check.sh $(DEMO_TUNE_INVENTORY)
 
 # The ecosystem's gates (docs/development.md): ansible-test sanity, the role READMEs and the docs
 # site, antsibull-docs' lint, galaxy-importer on the built tarball. `make test` runs them through

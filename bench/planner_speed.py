@@ -34,6 +34,7 @@ import copy
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -188,6 +189,11 @@ def start_mirror(inventory: str, out_dir: str, tmp: str) -> subprocess.Popen | N
     directory = os.path.join(os.path.dirname(out_dir), "mirror")
     if not (net.get("gateway") and port and os.path.isdir(directory)):
         return None
+    try:  # scripts/demo.sh's mirror container stays up with the fleet: use it
+        socket.create_connection((net["gateway"], int(port)), timeout=2).close()
+        return None
+    except OSError:
+        pass
     log = open(os.path.join(tmp, "mirror.log"), "w")  # noqa: SIM115 (lives as long as the mirror)
     proc = subprocess.Popen(
         [
@@ -325,8 +331,8 @@ def main() -> int:
         with open(os.path.join(out_dir, "profile.json")) as f:
             profile = json.load(f)
         print("2. plans", flush=True)
-        # plan.yml reads the model's header from its URL: the fleet's mirror (scripts/demo.sh
-        # stops it once site.yml is done), from demo.sh's own mirror directory
+        # plan.yml reads the model's header from its URL: the fleet's mirror (scripts/demo.sh's
+        # container, up with the fleet; else one from demo.sh's own mirror directory)
         mirror = start_mirror(inventory, out_dir, tmp)
         plans = {}
         for objective in ("memory", "speed"):

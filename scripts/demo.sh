@@ -8,8 +8,12 @@
 # The inventory describes the "hardware": `demo_podman: {memory, cpus, rate, cpu_shares}` per host, and in its
 # group_vars `demo_network: {name, subnet, gateway}`, `demo_image`, `demo_mirror_port`. The
 # pinned llama.cpp tarball and the model are served to the hosts from an HTTP mirror on the
-# network's gateway while site.yml runs (the same URL code path a real fleet uses); the fleet is
-# left running with a line saying how to talk to it.
+# network's gateway (the same URL code path a real fleet uses): a container of its own
+# (<network>-mirror, on the host's network), which lives and goes with the fleet, so that the
+# README's playbooks (plan, site, tune, verify) work on the demo fleet as printed. The inventory's
+# llmfleet_output_dir is the demo's own directory (.cache/demo/<inventory>/out), where site.yml
+# writes the fleet's plan and tune.yml finds it. The fleet is left running with lines saying how
+# to talk to it and how to tune it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -50,6 +54,7 @@ for key in ("name", "subnet", "gateway"):
 print("network", net["name"], net["subnet"], net["gateway"])
 print("image", any_vars.get("demo_image", "localhost/llmfleet-host:bookworm"))
 print("mirror_port", any_vars.get("demo_mirror_port", 18960))
+print("output_dir", any_vars.get("llmfleet_output_dir", ""))
 print("head", heads[0])
 def flag(value):
     return str(value).lower() in ("true", "yes", "1")
@@ -80,12 +85,21 @@ head=$(get head)
 read -r wg_on wg_port <<<"$(get wireguard)"
 mapfile -t host_lines < <(get host)
 
+mirror=$net_name-mirror
 stop_mirror() {
-  if [[ -f $state/mirror.pid ]]; then
-    kill "$(cat "$state/mirror.pid")" 2>/dev/null || true
-    rm -f "$state/mirror.pid"
-  fi
+  if podman rm -f -t 2 "$mirror" >/dev/null 2>&1; then echo "demo: removed the mirror $mirror"; fi
 }
+
+# The inventory names the demo's directory as the fleet's output directory (the playbooks find
+# the plan there without -e): refuse one that does not, before anything starts.
+case $(get output_dir) in
+*"/demo/$(basename "$state")/out"*) ;;
+*)
+  echo "demo: $inventory must set llmfleet_output_dir to the demo's directory, ending in" \
+    "/demo/$(basename "$state")/out (got '$(get output_dir)'; see inventories/demo/group_vars/all/demo.yml)" >&2
+  exit 2
+  ;;
+esac
 
 if [[ $action == down ]]; then
   stop_mirror
@@ -99,7 +113,6 @@ if [[ $action == down ]]; then
 fi
 
 start=$(date +%s)
-trap stop_mirror EXIT
 
 # demo_podman.rate (e.g. 20mbit): a tbf qdisc on the host's eth0 (its end of the veth pair; the
 # container has NET_ADMIN) limits what it sends: a slow link to the head. "-": none. tbf, not
@@ -155,24 +168,34 @@ for f in "$CACHE"/dist/llama-*-bin-ubuntu-x64.tar.gz "$CACHE"/dist/llama.cpp-*-s
   }
   ln -f "$f" "$state/mirror/" 2>/dev/null || cp -f "$f" "$state/mirror/"
 done
-stop_mirror
-python3 -m tests.support.http_mirror "$state/mirror" --port "$mirror_port" --bind "$net_gateway" \
-  >"$state/mirror.log" 2>&1 &
-echo $! >"$state/mirror.pid"
-for _ in $(seq 1 50); do
+# A container on the host's network (the gateway's address is the host's), which outlives this
+# script as the hosts do; demo down removes it with them.
+stop_mirror >/dev/null
+podman run -d --name "$mirror" --network host \
+  -v "$state/mirror:/srv/mirror:ro" -v "$ROOT/tests/support/http_mirror.py:/srv/http_mirror.py:ro" \
+  "$image" python3 /srv/http_mirror.py /srv/mirror --port "$mirror_port" --bind "$net_gateway" >/dev/null
+for _ in $(seq 1 100); do
   curl -s -o /dev/null "http://$net_gateway:$mirror_port/" && break
   sleep 0.1
 done
+curl -s -o /dev/null "http://$net_gateway:$mirror_port/" || {
+  echo "demo: the mirror $mirror does not answer on http://$net_gateway:$mirror_port/:" >&2
+  podman logs --tail 20 "$mirror" >&2 || true
+  exit 1
+}
+echo "demo: the mirror $mirror serves the artifacts on http://$net_gateway:$mirror_port/"
 
 # 3. site.yml: probe -> plan -> artifacts -> deploy -> verify.
 site_start=$(date +%s)
-if ! ansible-playbook -i "$inventory" playbooks/site.yml -e "llmfleet_output_dir=$state/out" \
-  | tee "$state/site.log"; then
+if ! ansible-playbook -i "$inventory" playbooks/site.yml | tee "$state/site.log"; then
   echo "demo: site.yml failed; the log is $state/site.log" >&2
   exit 1
 fi
 site_time=$(($(date +%s) - site_start))
-stop_mirror
+[[ -f $state/out/plan.json ]] || {
+  echo "demo: site.yml wrote no $state/out/plan.json: the inventory's llmfleet_output_dir points elsewhere" >&2
+  exit 1
+}
 
 # 4. The plan, a real answer, how to talk to it.
 echo
@@ -243,8 +266,13 @@ if [[ -f $state/out/chat-password ]]; then
   echo "demo: the chat page: $chat_scheme://$head_ip:$chat_port$chat_prefix (user $(get chat_user), self-signed certificate;"
   echo "  the password is in $state/out/chat-password)"
 fi
+echo "demo: it is a fleet like any other (its plan is $state/out/plan.json; the mirror stays up with it):"
+echo "  ansible-playbook playbooks/tune.yml -i $inventory     # measure, re-plan for speed, redeploy if > 10 % faster"
+echo "  ansible-playbook playbooks/plan.yml -i $inventory     # read the plan again; nothing changes"
+echo "  ansible-playbook playbooks/site.yml -i $inventory     # converge it again"
+echo "  ansible-playbook playbooks/verify.yml -i $inventory   # one real request, the per-host table"
 if [[ $inventory == inventories/demo ]]; then
-  echo "demo: remove it with: make demo-down"
+  echo "demo: remove it (and its mirror) with: make demo-down"
 else
-  echo "demo: remove it with: make demo-down DEMO_INVENTORY=$inventory"
+  echo "demo: remove it (and its mirror) with: make demo-down DEMO_INVENTORY=$inventory"
 fi

@@ -21,6 +21,7 @@ Per request, from a streamed chat completion:
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -201,6 +202,29 @@ def summarize(
         "prompt_tps": _stats([r.get("prompt_tps") for r in ok]),
         "errors": sorted({str(r.get("error")) for r in results if not r.get("ok")}),
     }
+
+
+def failure_text(results: Sequence[Mapping[str, object]], secret: str = "") -> str:
+    """Why requests failed, for a person: ``"2 of 3 requests failed: HTTP 401 Unauthorized (status
+    401) x2"``; ``""`` when none failed.
+
+    Each distinct (status, error) is named once with its count; ``secret`` (the API key) is
+    replaced by ``<key>`` wherever an error carries it, so the text can be shown.
+    """
+    failed = [r for r in results if not r.get("ok")]
+    if not failed:
+        return ""
+    counts = collections.Counter(
+        (int(r.get("status") or 0), str(r.get("error") or "no error given")) for r in failed
+    )
+    parts = []
+    for (status, error), n in sorted(counts.items()):
+        part = error + (" (status %d)" % status if status else " (no HTTP status)")
+        parts.append(part + (" x%d" % n if n > 1 else ""))
+    text = "%d of %d requests failed: %s" % (len(failed), len(results), "; ".join(parts))
+    if secret:
+        text = text.replace(secret, "<key>")
+    return text
 
 
 def memory_rows(

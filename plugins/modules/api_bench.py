@@ -104,7 +104,9 @@ results:
 summary:
   description: >-
     requests, ok, failed, concurrency, wall_seconds, completion_tokens, throughput_tps, and
-    median / p95 / min / max / n of ttft_seconds, output_tps, prompt_tps.
+    median / p95 / min / max / n of ttft_seconds, output_tps, prompt_tps; failure - why requests
+    failed, each distinct HTTP status and error once with its count, the key never shown (empty
+    when none failed).
   returned: always
   type: dict
 """
@@ -119,6 +121,7 @@ from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import Request
 from ansible_collections.llmfleet.cluster.plugins.module_utils.bench import (
     BenchError,
+    failure_text,
     parse_sse,
     request_result,
     summarize,
@@ -223,6 +226,7 @@ def main():
         results = [f.result() for f in futures]
     wall = time.monotonic() - started
     summary = summarize(results, wall, p["concurrency"])
+    summary["failure"] = failure_text(results, p["api_key"])
     module.exit_json(changed=False, settings=settings, results=results, summary=summary)
 
 

@@ -186,3 +186,34 @@ def test_no_answer_is_refused_saying_why(body: str, why: str) -> None:
     proc = run_answer(body)
     assert proc.returncode == 1
     assert why in proc.stderr
+
+
+# The demo fleet is the user's playground: after make demo, the README's playbooks work on it as
+# printed (tune.yml said "no build/plan.json: deploy the fleet first", and with -e it failed on
+# the model's URL: the mirror had stopped with make demo).
+
+
+@pytest.mark.parametrize("name", ["demo", "demo-uneven"])
+def test_the_demo_inventory_names_the_demos_output_directory(name: str) -> None:
+    fleet = yaml.safe_load((ROOT / "inventories" / name / "group_vars" / "all" / "fleet.yml").read_text())
+    assert fleet["llmfleet_output_dir"] == (
+        "{{ lookup('ansible.builtin.env', 'CACHE', default=playbook_dir ~ '/../.cache') }}"
+        + f"/demo/{name}/out"
+    )
+    chat = (ROOT / "inventories" / name / "group_vars" / "all" / "chat.yml").read_text()
+    assert "llmfleet_output_dir ~ '/chat-password'" in chat
+
+
+def test_the_demo_leaves_its_mirror_with_the_fleet_and_says_how_to_tune_it() -> None:
+    demo = (ROOT / "scripts" / "demo.sh").read_text()
+    # the output directory is the inventory's, checked before anything starts
+    assert "llmfleet_output_dir=" not in demo
+    assert '*"/demo/$(basename "$state")/out"*' in demo
+    # the mirror is a container that outlives the script; down removes it (before the network)
+    assert "trap stop_mirror EXIT" not in demo and "mirror.pid" not in demo
+    assert 'podman run -d --name "$mirror" --network host' in demo
+    down = demo[demo.index("if [[ $action == down ]]") :]
+    down = down[: down.index("\nfi\n")]
+    assert down.index("stop_mirror") < down.index("podman network rm")
+    for playbook in ("tune", "plan", "site", "verify"):
+        assert f"ansible-playbook playbooks/{playbook}.yml -i $inventory" in demo

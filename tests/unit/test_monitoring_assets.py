@@ -22,6 +22,8 @@ from ansible_collections.llmfleet.cluster.plugins.module_utils.monitoring import
     scrape_targets,
 )
 
+from tests.support.fleet_lookup import inline_fleet_lookups
+
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "monitoring"
 FILES = ROLE / "files"
@@ -137,7 +139,7 @@ def _templar(extra: dict):
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
 
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    defaults = yaml.safe_load(inline_fleet_lookups((ROLE / "defaults" / "main.yml").read_text()))
     variables = {k: _trusted(v) for k, v in defaults.items()}
     variables.update(extra)
     return Templar(loader=DataLoader(), variables=variables)

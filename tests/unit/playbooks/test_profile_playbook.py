@@ -47,12 +47,16 @@ def test_the_request_goes_through_the_measuring_placement() -> None:
     tasks = [t for p in plays for t in p.get("tasks") or []]
     made = next(t for t in tasks if "__profile_measuring" in (t.get("ansible.builtin.set_fact") or {}))
     assert "profile_measuring_plan" in made["ansible.builtin.set_fact"]["__profile_measuring"]
-    # a run that died after installing the measuring placement must not make it the "served" copy
-    keep = next(t for t in tasks if t.get("name") == "Keep the served plan")
+    # a run that died after installing the measuring placement must not make it the "served" copy:
+    # the role keeps the served plan once (force: false), and serves it back (restore)
+    serve = next(t for t in tasks if t.get("name") == "Serve it, keeping the served plan")
+    assert serve["ansible.builtin.include_role"]["tasks_from"] == "serve_plan"
+    assert serve["vars"]["llama_rpc_serve_keep"] is True
+    role = yaml.safe_load((ROOT / "roles" / "llama_rpc" / "tasks" / "serve_plan.yml").read_text())
+    keep = next(t for t in role if t.get("name") == "Keep the plan served now (once)")
     assert keep["ansible.builtin.copy"]["force"] is False
-    # and the served plan is put back and the copy removed
     names = [t.get("name") for t in tasks]
-    assert names.index("Put the served plan back") < names.index("Remove the copy")
+    assert names.index("Serve it, keeping the served plan") < names.index("Serve the kept plan again")
 
 
 def test_served_workers_are_measured_at_one_thread_and_put_back_before_llama_server() -> None:
@@ -76,7 +80,7 @@ def test_served_workers_are_measured_at_one_thread_and_put_back_before_llama_ser
     assert back < names.index("Serve the fleet's own plan again")
     for play in (plays[restart[0]], plays[back]):
         assert play["vars"]["_profile_dropin"].startswith(
-            "{{ profile_rpc_dropin_file | default('/run/systemd/"
+            "{{ profile_rpc_dropin_file | default(llama_rpc_names.runtime_unit_dir"
         )
 
 
@@ -123,3 +127,19 @@ def test_the_profile_is_built_with_every_argument_the_filter_needs() -> None:
     assert params[0] == "samples"  # the filter's input
     for name in params[1:]:
         assert f"{name}=" in call, f"profile_build is called without {name}="
+
+
+def test_profile_reads_the_verify_roles_published_result_only() -> None:
+    # it read the role's private __verify_samples_host, __verify_plan and __verify_answer
+    text = (ROOT / "playbooks" / "profile.yml").read_text()
+    assert "__verify" not in text
+    assert text.count("verify_result") >= 5
+    spec = yaml.safe_load((ROOT / "roles" / "verify" / "meta" / "argument_specs.yml").read_text())
+    described = " ".join(spec["argument_specs"]["main"]["description"])
+    for field in ("verify_result", "C(plan)", "C(samples)", "C(status)", "C(answer)", "C(timings)"):
+        assert field in described, field
+    published = yaml.safe_load((ROOT / "roles" / "verify" / "tasks" / "measure.yml").read_text())[-1]
+    result = published["ansible.builtin.set_fact"]["verify_result"]
+    assert set(result) == {"plan", "samples", "status", "answer", "elapsed", "timings"}
+    reset = yaml.safe_load((ROOT / "roles" / "verify" / "tasks" / "preflight.yml").read_text())[0]
+    assert reset["ansible.builtin.set_fact"]["verify_result"] == {}

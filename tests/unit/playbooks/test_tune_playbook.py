@@ -13,24 +13,50 @@ def _tasks(path: Path) -> list:
     return yaml.safe_load(path.read_text())
 
 
-def test_a_head_only_round_writes_the_plan_exactly_as_the_llama_rpc_role() -> None:
-    # a later site.yml must see no change on a tuned fleet: same content, owner, group and mode
-    role = next(
-        t["ansible.builtin.copy"]
-        for t in _tasks(ROOT / "roles" / "llama_rpc" / "tasks" / "systemd_head.yml")
-        if t.get("name") == "Write the plan the supervisor follows"
-    )
+def _serves(task: dict) -> bool:
+    inc = task.get("ansible.builtin.include_role") or {}
+    return inc.get("name") == "llmfleet.cluster.llama_rpc" and inc.get("tasks_from") == "serve_plan"
+
+
+def test_a_head_only_round_is_served_by_the_llama_rpc_role() -> None:
+    # a later site.yml must see no change on a tuned fleet: the round's plan is written by the
+    # role's one writer (serve_plan), not by a copy of it here
     tasks = _tasks(ROOT / "playbooks" / "tasks" / "tune_round.yml")
-    ours = next(t for t in tasks if "ansible.builtin.copy" in t)["ansible.builtin.copy"]
-    assert ours["content"] == role["content"].replace("llama_rpc_plan", "llmfleet_plan")
-    assert ours["owner"] == role["owner"] and ours["mode"] == role["mode"]
-    assert "llama_rpc_group" in ours["group"] and "llama_rpc_group" in role["group"]
-    assert ours["dest"].startswith("{{ llama_rpc_config_dir") and ours["dest"].endswith("/plan.json")
-    # the role deploys a round only when it is not head-only, the copy and restart only when it is
-    deploy = next(t for t in tasks if "ansible.builtin.include_role" in t)
+    assert not [t for t in tasks if "ansible.builtin.copy" in t or "ansible.builtin.systemd_service" in t]
+    serve = next(t for t in tasks if _serves(t))
+    assert serve["vars"]["llama_rpc_plan"] == "{{ llmfleet_plan }}"
+    assert "__tune_head_only | bool" in serve["when"] and "llmfleet_plan.head" in serve["when"]
+    # the role deploys a round only when it is not head-only
+    deploy = next(
+        t
+        for t in tasks
+        if (t.get("ansible.builtin.include_role") or {}).get("name") == "llmfleet.cluster.llama_rpc"
+        and "tasks_from" not in t["ansible.builtin.include_role"]
+    )
     assert deploy["when"] == "not __tune_head_only | bool"
-    restart = next(t for t in tasks if "ansible.builtin.systemd_service" in t)
-    assert "__tune_plan_written is changed" in restart["when"]
+
+
+def test_the_rounds_measure_through_the_fleets_entry_point_and_say_why_none_answered() -> None:
+    # llmfleet_tls: llama-server listens on the head's loopback; http://<head>:8080 from the
+    # controller got nothing, and the no_log task ended in tune_report's "ok requests: 0"
+    plays = _tasks(ROOT / "playbooks" / "tune.yml")
+    play = next(p for p in plays if str(p.get("name", "")).startswith("Measure the plans alternately"))
+    endpoint = play["vars"]["_tune_endpoint"]
+    assert "llmfleet.cluster.api_endpoint" in endpoint
+    assert "tls=lookup('llmfleet.cluster.fleet', 'llmfleet_tls')" in endpoint
+    tasks = _tasks(ROOT / "playbooks" / "tasks" / "tune_round.yml")
+    names = [t.get("name", "") for t in tasks]
+    measure = next(t for t in tasks if "llmfleet.cluster.api_bench" in t)
+    assert measure["no_log"] is True
+    args = measure["llmfleet.cluster.api_bench"]
+    assert args["url"] == "{{ _tune_endpoint.url }}" and "__tune_ca" in args["ca_data"]
+    ca = next(t for t in tasks if t.get("register") == "__tune_ca")
+    assert "_tune_endpoint.tls" in ca["when"]
+    said = next(t for t in tasks if "ansible.builtin.assert" in t)
+    assert "no_log" not in said
+    assert names.index(said["name"]) == names.index(measure["name"]) + 1
+    assert "__tune_load.summary.failure" in said["ansible.builtin.assert"]["fail_msg"]
+    assert "api_key" not in said["ansible.builtin.assert"]["fail_msg"]
 
 
 def test_a_revert_round_is_served_but_not_measured() -> None:
@@ -64,22 +90,16 @@ def test_profile_yml_runs_only_when_the_decision_says_so() -> None:
     assert probe["when"] == "ansible_check_mode or not __tune_measure.measure"
 
 
-def test_profile_yml_puts_the_served_plan_back_as_the_role_wrote_it() -> None:
+def test_profile_yml_puts_the_served_plan_back_through_the_role() -> None:
     # it put it back with mode 0644: the next round (or site.yml) rewrote it 0640 and restarted
-    # llama-server for nothing
-    role = next(
-        t["ansible.builtin.copy"]
-        for t in _tasks(ROOT / "roles" / "llama_rpc" / "tasks" / "systemd_head.yml")
-        if t.get("name") == "Write the plan the supervisor follows"
-    )
+    # llama-server for nothing; now the role's one writer serves the kept plan again
     back = next(
-        t["ansible.builtin.copy"]
+        t
         for p in _tasks(ROOT / "playbooks" / "profile.yml")
         for t in p.get("tasks") or []
-        if t.get("name") == "Put the served plan back"
+        if t.get("name") == "Serve the kept plan again"
     )
-    assert back["mode"] == role["mode"] and back["owner"] == role["owner"]
-    assert "llama_rpc_group" in back["group"]
+    assert _serves(back) and back["vars"]["llama_rpc_serve_restore"] is True
 
 
 def test_check_mode_does_not_write_the_re_plan() -> None:
@@ -101,7 +121,7 @@ def test_molecule_tune_converges_without_site_verify() -> None:
     # molecule/tune's test measures the fleet itself: its converge leaves verify.yml out (~70 s)
     site = _tasks(ROOT / "playbooks" / "site.yml")
     verify = next(p for p in site if p.get("ansible.builtin.import_playbook") == "verify.yml")
-    assert "llmfleet_site_verify | default(true) | bool" in verify["when"]
+    assert "lookup('llmfleet.cluster.fleet', 'llmfleet_site_verify') | bool" in verify["when"]
     scenario = yaml.safe_load((ROOT / "molecule" / "tune" / "molecule.yml").read_text())
     group_vars = scenario["provisioner"]["inventory"]["group_vars"]["all"]
     assert group_vars["llmfleet_site_verify"] is False

@@ -16,6 +16,8 @@ import pytest
 import yaml
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import targets
 
+from tests.support.fleet_lookup import inline_fleet_lookups
+
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "llama_rpc"
 
@@ -52,8 +54,10 @@ def render(template: str, host: str, extra: dict | None = None) -> str:
     from ansible.template import Templar
 
     variables: dict = {}
-    variables.update(_trusted(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())))
-    variables.update(_trusted(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())))
+    variables.update(
+        _trusted(yaml.safe_load(inline_fleet_lookups((ROLE / "defaults" / "main.yml").read_text())))
+    )
+    variables.update(_trusted(yaml.safe_load(inline_fleet_lookups((ROLE / "vars" / "main.yml").read_text()))))
     variables.update(
         {
             "llmfleet_plan": PLAN,

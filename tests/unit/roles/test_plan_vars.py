@@ -6,6 +6,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.fleet_lookup import inline_fleet_lookups
+
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "plan"
 
@@ -30,8 +32,10 @@ def render(name: str, groups: dict) -> object:
     from ansible.template import Templar
 
     variables: dict = {}
-    variables.update(_trusted(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())))
-    variables.update(_trusted(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())))
+    variables.update(
+        _trusted(yaml.safe_load(inline_fleet_lookups((ROLE / "defaults" / "main.yml").read_text())))
+    )
+    variables.update(_trusted(yaml.safe_load(inline_fleet_lookups((ROLE / "vars" / "main.yml").read_text()))))
     variables["groups"] = groups
     templar = Templar(loader=DataLoader(), variables=variables)
     return templar.template(_trusted("{{ " + name + " }}"))

@@ -183,3 +183,30 @@ def test_report_has_one_memory_chart_per_host_and_a_tokens_chart() -> None:
     assert out["json"]["requests"] == results
     with pytest.raises(bench.BenchError, match="summary"):
         bench.report({}, PLAN, SAMPLES, UNITS)
+
+
+# Why a measuring request failed, for a person (tune.yml's rounds hide api_bench's output: the key).
+
+
+def test_failures_are_named_once_with_their_status_and_count() -> None:
+    from ansible_collections.llmfleet.cluster.plugins.module_utils.bench import failure_text
+
+    results = [
+        {"ok": False, "status": 401, "error": "HTTP 401 Unauthorized"},
+        {"ok": True, "status": 200, "error": ""},
+        {"ok": False, "status": 401, "error": "HTTP 401 Unauthorized"},
+        {"ok": False, "status": 0, "error": "[Errno 111] Connection refused"},
+    ]
+    assert failure_text(results) == (
+        "3 of 4 requests failed: [Errno 111] Connection refused (no HTTP status); "
+        "HTTP 401 Unauthorized (status 401) x2"
+    )
+    assert failure_text([{"ok": True}]) == ""
+
+
+def test_a_failure_never_shows_the_key() -> None:
+    from ansible_collections.llmfleet.cluster.plugins.module_utils.bench import failure_text
+
+    key = "s3cretKEY0123456789"
+    text = failure_text([{"ok": False, "status": 400, "error": "bad header: Bearer " + key}], secret=key)
+    assert key not in text and "Bearer <key>" in text and "(status 400)" in text

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The demo fleet as the user's playground, as a test (`make demo-tune-check`): bring up a demo
+# fleet (inventories/demo-uneven by default: llmfleet_tls, the API behind the chat page's TLS port)
+# with scripts/demo.sh, then run the README's tune.yml line on it exactly as printed (no -e: the
+# inventory names the demo's output directory, the demo's mirror is still up), and check that it
+# measured every round through the fleet's entry point, decided and said so (tune.json, the
+# verdict in its log). The fleet is removed afterwards unless it was already running before.
+# Boots podman hosts: run it under the machine-wide lock (flock /tmp/llmfleet-heavy.lock).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=/dev/null
+source scripts/env.sh
+
+inventory=${1:-inventories/demo-uneven}
+state=$CACHE/demo/$(basename "$(cd "$(dirname "$inventory")" && pwd)/$(basename "$inventory")")
+head=$(ansible-inventory -i "$inventory" --list | python3 -c \
+  'import json,sys; print(json.load(sys.stdin)["llm_head"]["hosts"][0])')
+
+created=1
+if podman container exists "$head"; then
+  created=0
+  echo "demo-tune-check: $head is already running: re-converging it, and keeping it afterwards"
+fi
+cleanup() {
+  if [[ $created == 1 ]]; then bash scripts/demo.sh down "$inventory" >/dev/null || true; fi
+}
+trap cleanup EXIT
+
+start=$(date +%s)
+# the demo's and tune.yml's output, beside the demo's directory (demo down removes the directory)
+up_log=$(dirname "$state")/$(basename "$state").up.log
+tune_log=$(dirname "$state")/$(basename "$state").tune.log
+mkdir -p "$(dirname "$state")"
+bash scripts/demo.sh up "$inventory" | tee "$up_log"
+up_time=$(($(date +%s) - start))
+grep -qF "ansible-playbook playbooks/tune.yml -i $inventory" "$up_log" || {
+  echo "demo-tune-check: the demo did not print how to tune it" >&2
+  exit 1
+}
+rm -f "$state/out/tune.json"
+
+# The README's line, as printed.
+tune_start=$(date +%s)
+if ! ansible-playbook playbooks/tune.yml -i "$inventory" >"$tune_log" 2>&1; then
+  tail -n 60 "$tune_log" >&2
+  echo "demo-tune-check: tune.yml failed; the log is $tune_log" >&2
+  exit 1
+fi
+tune_time=$(($(date +%s) - tune_start))
+python3 - "$state/out" "$tune_log" <<'PY'
+import json, pathlib, sys
+out, log = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]).read_text()
+result = json.loads((out / "tune.json").read_text())
+rounds = result["rounds"]
+assert rounds, "tune.json has no measured round"
+for r in rounds:
+    assert r["tokens_per_second"] and r["tokens_per_second"] > 0, r
+assert result["reason"] and result["reason"][:40] in log, result["reason"]
+assert result["verdict"] and result["verdict"][:40] in log, result["verdict"]
+print(f"demo-tune-check: decided: {result['reason']}")
+print(f"demo-tune-check: measured {len(rounds)} round(s): "
+      + ", ".join(f"{r['plan']} {r['tokens_per_second']:.2f} tokens/s" for r in rounds))
+print(f"demo-tune-check: verdict: {result['verdict']}")
+PY
+echo "demo-tune-check: passed (demo up ${up_time}s, tune.yml ${tune_time}s; the log is $tune_log)"

@@ -1,0 +1,92 @@
+"""One writer of the head's plan.json: llama_rpc's tasks/plan_file.yml, reached by its deploy
+(systemd_head.yml) and by its public entry point serve_plan (profile.yml, tune.yml); the unit
+names and the plan's path come from llama_rpc's vars only (there were four writers, at two modes,
+and the names were typed 21 times in playbooks/)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+ROLE = ROOT / "roles" / "llama_rpc"
+
+
+def _tasks(path: Path) -> list:
+    return yaml.safe_load(path.read_text()) or []
+
+
+def _walk(tasks: list):
+    for t in tasks or []:
+        if not isinstance(t, dict):
+            continue
+        yield t
+        for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
+            yield from _walk(t.get(key) or [])
+
+
+def _all_tasks():
+    for path in sorted([*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("playbooks/**/*.yml")]):
+        for t in _walk(_tasks(path)):
+            yield path, t
+
+
+def test_only_plan_file_yml_writes_the_heads_plan() -> None:
+    writers = []
+    for path, t in _all_tasks():
+        for module in ("ansible.builtin.copy", "ansible.builtin.template"):
+            args = t.get(module) or {}
+            dest = str(args.get("dest", ""))
+            if "_llama_rpc_plan_file" in dest or (
+                re.search(r"plan\.json\b", dest) and "localhost" not in str(t.get("delegate_to", ""))
+            ):
+                writers.append((path.relative_to(ROOT).as_posix(), t.get("name")))
+    assert writers == [("roles/llama_rpc/tasks/plan_file.yml", "Write the plan the supervisor follows")]
+    write = _tasks(ROLE / "tasks" / "plan_file.yml")[0]["ansible.builtin.copy"]
+    assert (write["owner"], write["mode"], write["group"]) == ("root", "0640", "{{ llama_rpc_group }}")
+
+
+def test_the_deploy_and_serve_plan_reach_the_one_writer() -> None:
+    head = [t for t in _tasks(ROLE / "tasks" / "systemd_head.yml")]
+    assert any((t.get("ansible.builtin.import_tasks") or {}).get("file") == "plan_file.yml" for t in head)
+    serve = _tasks(ROLE / "tasks" / "serve_plan.yml")
+    names = [t["name"] for t in serve]
+    include = next(t for t in serve if "ansible.builtin.include_tasks" in t)
+    assert include["ansible.builtin.include_tasks"]["file"] == "plan_file.yml"
+    # restarted by the handler (when the plan changed), then healthy before the caller measures
+    flush = next(t for t in serve if t.get("ansible.builtin.meta") == "flush_handlers")
+    assert (
+        names.index(include["name"])
+        < names.index(flush["name"])
+        < names.index("Wait until llama-server answers on it")
+    )
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    assert {"serve_plan", "names"} <= set(specs)
+
+
+def test_every_writer_serves_through_the_entry_point() -> None:
+    served = [
+        path.relative_to(ROOT).as_posix()
+        for path, t in _all_tasks()
+        if (t.get("ansible.builtin.include_role") or {}).get("tasks_from") == "serve_plan"
+    ]
+    assert served.count("playbooks/profile.yml") == 4  # the three measuring placements and the restore
+    assert served.count("playbooks/tasks/tune_round.yml") == 1
+    assert not (ROOT / "playbooks" / "tasks" / "profile_serve.yml").exists()
+
+
+def test_no_unit_name_or_plan_path_is_typed_outside_llama_rpcs_vars() -> None:
+    pattern = re.compile(
+        r"llmfleet-(llama|rpc)-server|/etc/llmfleet/|/etc/systemd/system|/run/systemd/system"
+    )
+    typed = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sorted(ROOT.glob("playbooks/**/*.yml"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert typed == []
+    names = _tasks(ROLE / "tasks" / "names.yml")[0]["ansible.builtin.set_fact"]["llama_rpc_names"]
+    assert names["units"] == "{{ _llama_rpc_units }}" and names["plan_file"] == "{{ _llama_rpc_plan_file }}"
