@@ -17,12 +17,12 @@ if [[ ${LLMFLEET_VLLM_ARTIFACTS:-0} == 1 ]]; then
   bash "$ROOT/scripts/vllm-artifacts.sh" &
   vllm_pid=$!
 fi
-bash "$ROOT/scripts/build-llama-cpp.sh" >/dev/null
+bash "$ROOT/scripts/build-llama-cpp.sh"
 # The models: keyed by the script (its pins), the generator and the tools' pins (gguf, numpy).
 # shellcheck disable=SC2016  # expanded by the builder's shell, where LLMFLEET_ENTRY is set
 python3 "$ROOT/scripts/artifact-cache.py" ensure models --file "$ROOT/scripts/make-test-models.py" \
   --file "$ROOT/tests/support/gguf_gen.py" --file "$ROOT/requirements.txt" --link "$CACHE/models=models" \
-  -- bash -c '"$PY" "$1/scripts/make-test-models.py" --out "$LLMFLEET_ENTRY/models"' _ "$ROOT" >/dev/null
+  -- bash -c '"$PY" "$1/scripts/make-test-models.py" --out "$LLMFLEET_ENTRY/models"' _ "$ROOT"
 if [[ -n $vllm_pid ]]; then wait "$vllm_pid"; echo "test-artifacts: vllm       $CACHE/vllm-venv/ $CACHE/vllm-model/"; fi
 echo "test-artifacts: llama.cpp  $CACHE/llama.cpp/bin/ -> $(readlink -f "$CACHE/llama.cpp")"
 echo "test-artifacts: dist       $CACHE/dist/ -> $(readlink -f "$CACHE/dist")"

@@ -9,7 +9,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export CACHE=${CACHE:-$ROOT/.cache}
 start=$(date +%s)
-bash "$ROOT/scripts/build-vllm-cpu.sh" >/dev/null
+bash "$ROOT/scripts/build-vllm-cpu.sh"
 venv_s=$(( $(date +%s) - start ))
 start=$(date +%s)
 venv_entry=$(readlink -f "$CACHE/vllm-venv/..")
@@ -17,5 +17,5 @@ venv_entry=$(readlink -f "$CACHE/vllm-venv/..")
 python3 "$ROOT/scripts/artifact-cache.py" ensure vllm-model --file "$ROOT/scripts/make-vllm-model.py" \
   --text="venv=$(basename "$venv_entry")" --link "$CACHE/vllm-model=model" \
   -- bash -c 'HF_HUB_OFFLINE=1 "$1/vllm-venv/bin/python" "$2/scripts/make-vllm-model.py" --out "$LLMFLEET_ENTRY/model"' \
-  _ "$CACHE" "$ROOT" >/dev/null
+  _ "$CACHE" "$ROOT"
 echo "vllm-artifacts: venv ${venv_s} s, model $(( $(date +%s) - start )) s"
