@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The machine-wide cache of built test artifacts, keyed by what goes into them.
 
 One cache per machine (``$LLMFLEET_CACHE``, default ``${XDG_CACHE_HOME:-~/.cache}/llmfleet``),
