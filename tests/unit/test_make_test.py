@@ -42,7 +42,12 @@ def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     if "MAKE_TEST_PARTS" not in env:
         full.pop("MAKE_TEST_PARTS", None)
     return subprocess.run(
-        ["bash", str(repo / "scripts" / "make-test.sh")], env=full, capture_output=True, text=True, timeout=60
+        ["bash", str(repo / "scripts" / "make-test.sh")],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
