@@ -87,3 +87,21 @@ def test_make_test_parts_picks_some_in_the_usual_order(tmp_path: Path) -> None:
     proc = run(tmp_path, MAKE_TEST_PARTS="molecule lint")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "calls").read_text().split() == ["lint", "molecule"]
+
+
+def test_make_molecule_builds_the_vllm_artifacts_only_when_vllm_lws_runs() -> None:
+    def dry(*args: str) -> str:
+        proc = subprocess.run(
+            ["make", "-n", "--no-print-directory", "-C", str(ROOT), "molecule", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert "scripts/vllm-artifacts.sh" in dry()  # every scenario, vllm_lws among them
+    assert "scripts/vllm-artifacts.sh" in dry("SCENARIO=artifacts vllm_lws")
+    assert "scripts/vllm-artifacts.sh" not in dry("SCENARIO=artifacts")
+    assert "scripts/run-molecule.sh artifacts" in dry("SCENARIO=artifacts")
