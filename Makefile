@@ -1,6 +1,9 @@
 # llmfleet: the two commands (`make demo`, `make test`) and their parts.
-# Everything is installed into the checkout (.venv/, .cache/), cached after the
-# first run; the only system changes are apt packages (scripts/host-setup.sh).
+# The tools go into the checkout (.venv/); every built test artifact (the host image, llama.cpp,
+# the models, the vLLM venv, the gates' stamps) is built once per machine into the artifact cache
+# $(LLMFLEET_CACHE) (scripts/artifact-cache.py), keyed by its inputs, and linked from the
+# checkout's .cache/, which keeps only this checkout's own state (podman storage, collections
+# link, logs). The only system changes are apt packages (scripts/host-setup.sh).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -9,6 +12,8 @@ ROOT := $(CURDIR)
 PYTHON ?= python3.11
 VENV := $(ROOT)/.venv
 CACHE := $(ROOT)/.cache
+# The machine-wide artifact cache (docs/testing.md, "The artifact cache"); `make clean-cache` empties it.
+LLMFLEET_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/llmfleet
 STAMP := $(VENV)/.requirements-$(shell sha256sum requirements.txt | cut -c1-12)
 DEMO_INVENTORY ?= inventories/demo
 DEMO_TUNE_INVENTORY ?= inventories/demo-uneven
@@ -28,6 +33,7 @@ UNIT_PAR = $(PYTEST_PAR) --no-loadscope-reorder
 
 export PATH := $(VENV)/bin:$(PATH)
 export CACHE
+export LLMFLEET_CACHE
 export CONTAINERS_CONF := $(CACHE)/podman/containers.conf
 export CONTAINERS_STORAGE_CONF := $(CACHE)/podman/storage.conf
 export ANSIBLE_COLLECTIONS_PATH := $(CACHE)/collections
@@ -38,8 +44,8 @@ export ANSIBLE_FORCE_COLOR := 0
 export ANSIBLE_NOCOLOR := 1
 export NO_COLOR := 1
 
-.PHONY: help venv link host-setup images test-artifacts vllm-artifacts lint unit docs-check manifests \
-        build-check browser molecule demo-check demo-tune-check test demo demo-down requirements clean \
+.PHONY: help venv link host-setup images test-artifacts vllm-artifacts setup lint unit docs-check manifests \
+        build-check browser molecule demo-check demo-tune-check test demo demo-down requirements clean clean-cache \
         sanity docs docs-lint galaxy-check gates
 
 help:
@@ -49,7 +55,8 @@ help:
 	@echo "parts: make lint | unit | docs-check | manifests | build-check | browser | molecule [SCENARIO=name]"
 	@echo "       make demo-check (the demo end to end: site.yml, verify, the chat page in a browser)"
 	@echo "       make demo-tune-check (demo-uneven up, then the README's tune.yml line on it)"
-	@echo "       make test-artifacts | images | venv"
+	@echo "       make test-artifacts | vllm-artifacts | images | venv | setup (all of them)"
+	@echo "       make clean-cache (empty the machine's artifact cache $(LLMFLEET_CACHE))"
 	@echo "the ecosystem's gates: make sanity [SANITY='--test pep8'] | docs | docs-lint | galaxy-check"
 	@echo "       make gates (the three, each skipped while its inputs are unchanged; GATES_FORCE=1)"
 
@@ -78,6 +85,10 @@ test-artifacts: venv
 vllm-artifacts:
 	@bash scripts/vllm-artifacts.sh
 
+# Everything `make test` needs built, the vLLM venv beside the llama.cpp build.
+setup: venv link host-setup images
+	@LLMFLEET_VLLM_ARTIFACTS=1 PY=$(VENV)/bin/python bash scripts/test-artifacts.sh
+
 lint: venv link
 	yamllint -s .
 	ruff check .
@@ -102,7 +113,10 @@ build-check: venv
 browser: venv link host-setup
 	pytest -q tests/browser
 
-molecule: venv link images test-artifacts
+# molecule/vllm_lws needs the vLLM venv: built (or linked from the artifact cache) when it runs,
+# that is with no SCENARIO or when SCENARIO names it.
+molecule: venv link images test-artifacts $(if $(SCENARIO),$(if $(filter vllm_lws,$(SCENARIO)),vllm-artifacts),vllm-artifacts)
+	@mkdir -p $(LLMFLEET_CACHE)/ccache
 	@LLMFLEET_MOLECULE_LANES=$(MOLECULE_LANES) bash scripts/run-molecule.sh $(SCENARIO)
 
 # The demo end to end: site.yml on the demo fleet (ending in verify.yml), then the chat page in a
@@ -146,17 +160,11 @@ gates: venv link host-setup
 	@bash scripts/gate-cache.sh docs-lint $(DOCS_LINT_INPUTS) -- $(MAKE) --no-print-directory docs-lint
 	@bash scripts/gate-cache.sh galaxy-check $(GALAXY_CHECK_INPUTS) -- $(MAKE) --no-print-directory galaxy-check
 
-test: venv link host-setup images test-artifacts
-	$(MAKE) lint
-	$(MAKE) unit
-	$(MAKE) docs-check
-	$(MAKE) gates
-	$(MAKE) manifests
-	$(MAKE) build-check
-	$(MAKE) browser
-	$(MAKE) molecule
-	$(MAKE) demo-check
-	@echo "make test: all checks passed"
+# Every part in order (setup, lint, unit, docs-check, gates, manifests, build-check, browser,
+# molecule, demo-check), stopping at the first that fails, then each part's seconds
+# (scripts/make-test.sh; also in .cache/make-test-times.txt).
+test:
+	@MAKE="$(MAKE)" bash scripts/make-test.sh
 
 demo: venv link images test-artifacts
 	@bash scripts/demo.sh up $(DEMO_INVENTORY)
@@ -172,3 +180,7 @@ requirements:
 
 clean:
 	rm -rf build tests/output .pytest_cache .ruff_cache
+
+# Empty the machine's artifact cache (every checkout on this machine rebuilds on its next run).
+clean-cache:
+	@python3 scripts/artifact-cache.py clean

@@ -1,39 +1,49 @@
 #!/usr/bin/env bash
 # Build the test/demo host image (Debian bookworm with systemd as PID 1) with
 # debootstrap from the machine's own Debian mirror: no container registry is
-# needed. Cached as a podman image and as a saved archive under .cache/images.
+# needed. Built once per machine as a saved archive in the artifact cache
+# (scripts/artifact-cache.py; keyed by this script, which holds the package list, and the
+# architecture; $CACHE/images links to the entry), then loaded into this checkout's podman
+# storage, where the image carries the key as its label llmfleet.stamp.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${CACHE:-$ROOT/.cache}
 IMAGE=${IMAGE:-localhost/llmfleet-host:bookworm}
-ARCHIVE=$CACHE/images/llmfleet-host-bookworm.tar
 export CONTAINERS_CONF=$CACHE/podman/containers.conf CONTAINERS_STORAGE_CONF=$CACHE/podman/storage.conf
-# Extra packages the roles and tests use on the hosts.
+# Extra packages the roles and tests use on the hosts (ccache: molecule/artifacts' source build).
 EXTRA=(systemd systemd-sysv python3 python3-apt iproute2 iputils-ping procps sudo dbus ca-certificates
-       curl nftables libgomp1 libssl3 libstdc++6 cmake ninja-build g++ make wireguard-tools wireguard-go)
-STAMP="$(printf '%s\n' "${EXTRA[@]}" | sha256sum | cut -c1-12)"
-if podman image exists "$IMAGE" && [[ "$(podman image inspect -f '{{index .Labels "llmfleet.stamp"}}' "$IMAGE" 2>/dev/null)" == "$STAMP" ]]; then
+       curl nftables libgomp1 libssl3 libstdc++6 cmake ninja-build g++ make wireguard-tools wireguard-go ccache)
+INPUTS=(host-image --file "$ROOT/scripts/build-host-image.sh" --text="arch=$(uname -m) image=$IMAGE")
+if [[ -z ${LLMFLEET_ENTRY:-} ]]; then
+  STAMP=$(python3 "$ROOT/scripts/artifact-cache.py" key "${INPUTS[@]}")
+  label() { podman image inspect -f '{{index .Labels "llmfleet.stamp"}}' "$IMAGE" 2>/dev/null || true; }
+  if podman image exists "$IMAGE" && [[ "$(label)" == "$STAMP" ]]; then
+    exit 0
+  fi
+  python3 "$ROOT/scripts/artifact-cache.py" ensure "${INPUTS[@]}" --link "$CACHE/images=." \
+    -- bash "$ROOT/scripts/build-host-image.sh" >/dev/null
+  if ! podman image exists "$IMAGE" || [[ "$(label)" != "$STAMP" ]]; then
+    podman load -q -i "$CACHE/images/llmfleet-host-bookworm.tar" >/dev/null
+  fi
+  [[ "$(label)" == "$STAMP" ]] || { echo "build-host-image: $IMAGE does not carry llmfleet.stamp=$STAMP" >&2; exit 1; }
+  echo "build-host-image: $IMAGE ready"
   exit 0
 fi
-if [[ -f $ARCHIVE && -f $ARCHIVE.stamp && "$(cat "$ARCHIVE.stamp")" == "$STAMP" ]]; then
-  podman load -q -i "$ARCHIVE" >/dev/null && exit 0
-fi
+# The builder: the archive goes into $LLMFLEET_ENTRY (renamed to the entry when this exits 0).
 MIRROR=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
 [[ -n $MIRROR ]] || MIRROR=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
 [[ -n $MIRROR ]] || MIRROR=http://deb.debian.org/debian
-ROOTFS=$CACHE/images/rootfs
+ROOTFS=$LLMFLEET_ENTRY.rootfs
 rm -rf "$ROOTFS" && mkdir -p "$ROOTFS"
-echo "build-host-image: debootstrap bookworm from $MIRROR"
+trap 'umount "$ROOTFS/proc" 2>/dev/null || true; rm -rf "$ROOTFS"' EXIT
+echo "build-host-image: debootstrap bookworm from $MIRROR" >&2
 debootstrap --variant=minbase bookworm "$ROOTFS" "$MIRROR" >/dev/null
 cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf"
 mount --bind /proc "$ROOTFS/proc"
-trap 'umount "$ROOTFS/proc" 2>/dev/null || true' EXIT
 chroot "$ROOTFS" /bin/sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${EXTRA[*]} >/dev/null && apt-get clean"
-umount "$ROOTFS/proc"; trap - EXIT
+umount "$ROOTFS/proc"
 : > "$ROOTFS/etc/machine-id"
 rm -f "$ROOTFS/etc/resolv.conf"
 tar -C "$ROOTFS" -c . | podman import -q --change 'CMD ["/sbin/init"]' --change 'ENV container=podman' \
-  --change 'STOPSIGNAL SIGRTMIN+3' --change "LABEL llmfleet.stamp=$STAMP" - "$IMAGE" >/dev/null
-rm -rf "$ROOTFS"
-podman save -q -o "$ARCHIVE.tmp" "$IMAGE" && mv "$ARCHIVE.tmp" "$ARCHIVE" && echo "$STAMP" > "$ARCHIVE.stamp"
-echo "build-host-image: $IMAGE ready"
+  --change 'STOPSIGNAL SIGRTMIN+3' --change "LABEL llmfleet.stamp=$LLMFLEET_ENTRY_KEY" - "$IMAGE" >/dev/null
+podman save -q -o "$LLMFLEET_ENTRY/llmfleet-host-bookworm.tar" "$IMAGE"

@@ -4,12 +4,15 @@
 # release builds (RPC on, native off, backends loaded at run time, no web UI
 # download), and pack the result exactly like a release tarball:
 #   llama-<tag>-bin-<flavour>.tar.gz  with one top folder  llama-<tag>/
-# Outputs (cached; a second run does nothing):
-#   $CACHE/llama.cpp/bin/             the binaries and libraries
-#   $CACHE/dist/llama-<tag>-bin-<flavour>.tar.gz (+ .sha256)
-#   $CACHE/dist/llama.cpp-<tag>-src.tar.gz (+ .sha256)  pinned source tarball
+# Built once per machine into the artifact cache (scripts/artifact-cache.py), keyed by this
+# script (the sdist pin, the tag, the flags), the architecture and the compiler's and cmake's
+# versions; a second run, from any checkout on the machine, only verifies the entry and links:
+#   $CACHE/llama.cpp -> ENTRY  (ENTRY/bin/: the binaries and libraries)
+#   $CACHE/dist      -> ENTRY/dist/  llama-<tag>-bin-<flavour>.tar.gz (+ .sha256)
+#                                    llama.cpp-<tag>-src.tar.gz (+ .sha256)  pinned source tarball
 set -euo pipefail
-CACHE=${CACHE:-$(cd "$(dirname "$0")/.." && pwd)/.cache}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${CACHE:-$ROOT/.cache}
 PY=${PY:-python3}
 SDIST_VERSION=0.3.36
 SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
@@ -19,32 +22,31 @@ case "$(uname -m)" in
   aarch64) FLAVOUR=ubuntu-arm64 ;;
   *) echo "no release flavour for $(uname -m)" >&2; exit 1 ;;
 esac
-BIN=$CACHE/llama.cpp/bin
-DIST=$CACHE/dist
+if [[ -z ${LLMFLEET_ENTRY:-} ]]; then
+  exec python3 "$ROOT/scripts/artifact-cache.py" ensure "llama.cpp-$FLAVOUR" --file "$ROOT/scripts/build-llama-cpp.sh" \
+    --text="tag=$TAG arch=$(uname -m)" --text="$(c++ --version | head -1)" --text="$(cmake --version | head -1)" \
+    --text="ninja=$(ninja --version 2>/dev/null || echo none)" \
+    --link "$CACHE/llama.cpp=." --link "$CACHE/dist=dist" -- bash "$ROOT/scripts/build-llama-cpp.sh"
+fi
+# The builder: everything goes into $LLMFLEET_ENTRY (renamed to the entry when this exits 0).
+BIN=$LLMFLEET_ENTRY/bin
+DIST=$LLMFLEET_ENTRY/dist
 TARBALL=$DIST/llama-$TAG-bin-$FLAVOUR.tar.gz
 SRC_TARBALL=$DIST/llama.cpp-$TAG-src.tar.gz
-if [[ -x $BIN/llama-server && -x $BIN/ggml-rpc-server && -f $TARBALL.sha256 && -f $SRC_TARBALL.sha256 ]]; then
-  exit 0
-fi
-mkdir -p "$CACHE/src" "$DIST"
-SDIST=$CACHE/src/llama_cpp_python-$SDIST_VERSION.tar.gz
-if [[ ! -f $SDIST ]]; then
-  "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$SDIST_VERSION" -d "$CACHE/src"
-fi
+BUILD=$(mktemp -d "$LLMFLEET_ENTRY.work.XXXXXX")
+trap 'rm -rf "$BUILD"' EXIT
+mkdir -p "$BIN" "$DIST"
+SDIST=$BUILD/llama_cpp_python-$SDIST_VERSION.tar.gz
+"$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$SDIST_VERSION" -d "$BUILD"
 echo "$SDIST_SHA256  $SDIST" | sha256sum -c --quiet -
-WORK=$CACHE/build/llama.cpp
-if [[ ! -f $WORK/CMakeLists.txt ]]; then
-  rm -rf "$CACHE/build" && mkdir -p "$CACHE/build"
-  tar -C "$CACHE/build" -xzf "$SDIST" "llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp"
-  mv "$CACHE/build/llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp" "$WORK"
-  rm -rf "$CACHE/build/llama_cpp_python-$SDIST_VERSION"
-fi
+WORK=$BUILD/llama.cpp
+tar -C "$BUILD" -xzf "$SDIST" "llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp"
+mv "$BUILD/llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp" "$WORK"
+rm -rf "$BUILD/llama_cpp_python-$SDIST_VERSION" "$SDIST"
 # The pinned source tarball, shaped like a GitHub source archive (one top folder).
-if [[ ! -f $SRC_TARBALL.sha256 ]]; then
-  tar -C "$CACHE/build" --exclude=llama.cpp/build --transform "s,^llama.cpp,llama.cpp-$TAG," \
-      --sort=name --mtime=@0 --owner=0 --group=0 -czf "$SRC_TARBALL" llama.cpp
-  (cd "$DIST" && sha256sum "$(basename "$SRC_TARBALL")" > "$(basename "$SRC_TARBALL").sha256")
-fi
+tar -C "$BUILD" --transform "s,^llama.cpp,llama.cpp-$TAG," \
+    --sort=name --mtime=@0 --owner=0 --group=0 -czf "$SRC_TARBALL" llama.cpp
+(cd "$DIST" && sha256sum "$(basename "$SRC_TARBALL")" > "$(basename "$SRC_TARBALL").sha256")
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 # $ORIGIN is for the dynamic linker (the binaries find their libraries beside them), not the shell.
@@ -53,11 +55,9 @@ cmake -S "$WORK" -B "$WORK/build" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_
   -DGGML_BACKEND_DL=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DCMAKE_INSTALL_RPATH='$ORIGIN' -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON >/dev/null
 cmake --build "$WORK/build" -j"$(nproc)" --target ggml-rpc-server llama-server ggml-cpu ggml-rpc
-rm -rf "$BIN" && mkdir -p "$BIN"
 cp -a "$WORK/build/bin/." "$BIN/"
 cp "$WORK/LICENSE" "$BIN/LICENSE" 2>/dev/null || true
-STAGE=$CACHE/build/stage && rm -rf "$STAGE" && mkdir -p "$STAGE/llama-$TAG"
+STAGE=$BUILD/stage && mkdir -p "$STAGE/llama-$TAG"
 cp -a "$BIN/." "$STAGE/llama-$TAG/"
 tar -C "$STAGE" --sort=name --mtime=@0 --owner=0 --group=0 -czf "$TARBALL" "llama-$TAG"
-rm -rf "$STAGE"
 (cd "$DIST" && sha256sum "$(basename "$TARBALL")" > "$(basename "$TARBALL").sha256")

@@ -6,9 +6,11 @@
 # The key is a sha256 over the gate's name, the command line, the tools' pins (requirements.txt,
 # always part of it) and every file git knows (tracked, or untracked and not ignored) under the
 # pathspecs, by path and content (a symlink by its target), so uncommitted edits count. A stamp
-# .cache/gates/NAME-<key> is written when COMMAND passes; with it present COMMAND is skipped. A
-# fresh clone has no stamps and pays once. GATES_FORCE=1 runs COMMAND whatever the stamps say;
-# GATE_CACHE=DIR puts the stamps elsewhere.
+# NAME-<key> is written when COMMAND passes; with it present COMMAND is skipped. The stamps live in
+# the machine's artifact cache ($LLMFLEET_CACHE/gates, default ~/.cache/llmfleet/gates; see
+# scripts/artifact-cache.py), so a fresh clone of a tree that passed on this machine skips too; the
+# newest 20 per gate are kept (checkouts at different commits keep theirs). GATES_FORCE=1 runs
+# COMMAND whatever the stamps say; GATE_CACHE=DIR puts the stamps elsewhere.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 usage() { echo "usage: $0 NAME [PATHSPEC...] -- COMMAND..." >&2; exit 2; }
@@ -23,7 +25,7 @@ done
 (($# >= 2)) || usage
 shift
 ((${#specs[@]})) || specs=(.)
-stamps=${GATE_CACHE:-$ROOT/.cache/gates}
+stamps=${GATE_CACHE:-${LLMFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llmfleet}/gates}
 
 cd "$ROOT"
 files=()
@@ -52,6 +54,7 @@ start=$SECONDS
 "$@"
 took=$((SECONDS - start))
 mkdir -p "$stamps"
-rm -f "$stamps/$name"-*
-printf '%s, %d s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$took" >"$stamp"
+printf '%s, %d s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$took" >"$stamp.tmp.$$" && mv "$stamp.tmp.$$" "$stamp"
+# shellcheck disable=SC2012  # the stamps are NAME-<16 hex digits>: nothing ls could mangle
+ls -1t "$stamps/$name"-???????????????? 2>/dev/null | tail -n +21 | xargs -r rm -f --
 echo "$name: passed in $took s (stamp $stamp)"
