@@ -478,7 +478,10 @@ def lock_hf_model(
 
 
 def model_from_lock(model: Any, lock: Any) -> Any:
-    """``llmfleet_model`` with url and sha256 from the lock when the inventory pins neither."""
+    """``llmfleet_model`` with url and sha256 from the lock when the inventory pins neither.
+
+    The lock's ``size`` comes along when the sha256 is the lock's (it is that file's size).
+    """
     if not isinstance(model, Mapping):
         return model
     if model.get("url") or model.get("file") or not model.get("hf_repo"):
@@ -496,6 +499,14 @@ def model_from_lock(model: Any, lock: Any) -> Any:
     merged = dict(model)
     merged["url"] = pinned.get("url")
     merged["sha256"] = model.get("sha256") or pinned.get("sha256")
+    size = pinned.get("size")
+    if (
+        "size" not in model
+        and isinstance(size, int)
+        and not isinstance(size, bool)
+        and str(merged["sha256"]).lower() == str(pinned.get("sha256")).lower()
+    ):
+        merged["size"] = size  # the download stops there (the size of the file the pin is of)
     return merged
 
 
