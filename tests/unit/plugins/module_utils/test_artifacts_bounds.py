@@ -9,61 +9,15 @@ reserve: no more than that is ever written, and the partial file is removed.
 from __future__ import annotations
 
 import hashlib
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from ansible.module_utils.urls import open_url
 from ansible_collections.llmfleet.cluster.plugins.module_utils import artifacts as A
 
+from tests.support.hostile_http import Endless
+
 MIB = 1024 * 1024
-
-
-class Endless:
-    """Serves ``body_bytes`` zero bytes with no Content-Length (HTTP/1.0, closed at the end),
-    or with the ``announce`` Content-Length; ``sent`` counts what left the server."""
-
-    def __init__(self, body_bytes: int, announce: int | None = None) -> None:
-        self.body_bytes = body_bytes
-        self.announce = announce
-        self.sent = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"
-
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
-            def do_GET(self) -> None:
-                self.send_response(200)
-                if outer.announce is not None:
-                    self.send_header("Content-Length", str(outer.announce))
-                self.end_headers()
-                block = b"\0" * 65536
-                left = outer.body_bytes
-                try:
-                    while left > 0:
-                        piece = block[: min(left, len(block))]
-                        self.wfile.write(piece)
-                        outer.sent += len(piece)
-                        left -= len(piece)
-                except OSError:
-                    pass  # the client stopped reading
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/model.gguf"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> "Endless":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _opener():
@@ -76,9 +30,11 @@ PIN = hashlib.sha256(b"the real model").hexdigest()
 def test_no_content_length_stops_at_the_size_the_lock_recorded(tmp_path: Path) -> None:
     dest = tmp_path / "model.gguf"
     part = Path(f"{dest}.part")
-    with Endless(8 * MIB) as server:
-        with pytest.raises(A.DownloadError, match=r"more than the 1048576 bytes the pin recorded"):
-            A.fetch(_opener(), server.url, str(dest), PIN, size=MIB)
+    with (
+        Endless(8 * MIB) as server,
+        pytest.raises(A.DownloadError, match=r"more than the 1048576 bytes the pin recorded"),
+    ):
+        A.fetch(_opener(), server.url, str(dest), PIN, size=MIB)
     assert not dest.exists() and not part.exists()
 
 
@@ -86,9 +42,11 @@ def test_no_content_length_stops_at_free_space_less_the_reserve(tmp_path: Path) 
     """No size known: the probe says 3 MiB are free and 1 MiB must stay free: 2 MiB at most."""
     dest = tmp_path / "model.gguf"
     part = Path(f"{dest}.part")
-    with Endless(8 * MIB) as server:
-        with pytest.raises(A.DiskSpaceError, match=r"more than the 2\.0 MiB that fit"):
-            A.fetch(_opener(), server.url, str(dest), PIN, free_mib=3, reserve_mib=1)
+    with (
+        Endless(8 * MIB) as server,
+        pytest.raises(A.DiskSpaceError, match=r"more than the 2\.0 MiB that fit"),
+    ):
+        A.fetch(_opener(), server.url, str(dest), PIN, free_mib=3, reserve_mib=1)
     assert not dest.exists() and not part.exists()
 
 
@@ -118,9 +76,11 @@ def test_the_bound_holds_while_writing_not_only_at_the_end(tmp_path: Path) -> No
 
 def test_a_content_length_that_is_not_the_pinned_size_is_refused_before_writing(tmp_path: Path) -> None:
     dest = tmp_path / "model.gguf"
-    with Endless(2 * MIB, announce=2 * MIB) as server:
-        with pytest.raises(A.DownloadError, match=r"announces 2097152 bytes, the pin recorded 1048576"):
-            A.fetch(_opener(), server.url, str(dest), PIN, size=MIB)
+    with (
+        Endless(2 * MIB, announce=2 * MIB) as server,
+        pytest.raises(A.DownloadError, match=r"announces 2097152 bytes, the pin recorded 1048576"),
+    ):
+        A.fetch(_opener(), server.url, str(dest), PIN, size=MIB)
     part = Path(f"{dest}.part")
     assert not dest.exists() and (not part.exists() or part.stat().st_size == 0)
 
