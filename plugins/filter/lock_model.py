@@ -13,7 +13,9 @@ version_added: "1.0.0"
 description:
   - When C(llmfleet_model) names a Hugging Face file (C(hf_repo), C(hf_file), C(hf_revision)) and has
     neither C(url) nor C(file), returns it with C(url) (pinned to the commit the revision resolved to)
-    and C(sha256) from C(llmfleet_lock.model), which C(playbooks/lock.yml) writes.
+    and C(sha256) from C(llmfleet_lock.model), which C(playbooks/lock.yml) writes, and C(size) (the
+    pinned file's bytes, where the download stops) when the sha256 is the lock's and the model sets
+    no C(size) of its own.
   - A model with a C(url) or C(file) of its own is returned unchanged (the inventory's pin wins), and
     so is every model when there is no lock.
   - Fails when the lock pins another repository, file or revision than the model asks for.
@@ -39,7 +41,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: The model, with C(url) and C(sha256) from the lock where it pinned none.
+  description: The model, with C(url), C(sha256) and C(size) from the lock where it pinned none.
   type: dict
 """
 

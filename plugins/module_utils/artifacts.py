@@ -10,8 +10,10 @@ hosts) so that the modules ``artifact_fetch`` / ``artifact_install`` and the fil
 - :func:`select_release` picks the entry ``releases[build][flavour]`` for a host, with an
   error that names the host, the build and the flavour and lists what the table has;
 - :func:`fetch` downloads into ``<dest>.part`` (resuming with an HTTP Range request), checks
-  the free disk space before writing, verifies the sha256 and only then renames the file
-  into place; a wrong file is removed and never moved into place;
+  the free disk space before writing, cuts the body at the pinned size and at the free space
+  less the reserve (a server that sends no Content-Length, or a false one, cannot fill the
+  disk), verifies the sha256 and only then renames the file into place; a wrong file is
+  removed and never moved into place;
 - :func:`install` verifies an archive's sha256 *before* unpacking it, unpacks it (a tar or a
   zip, told apart by content; every member is checked first by :func:`plan_members`) or copies
   a built tree into a hidden staging directory next to the target, writes a marker and
@@ -306,6 +308,15 @@ def _expected_total(response: Response, start: int) -> Optional[int]:
     return None
 
 
+def _space_budget(part: str, free_mib: Optional[float], reserve_mib: float) -> int:
+    """Bytes that may still be written next to ``part``: free space (the probe's and the file
+    system's, the smaller) less the reserve."""
+    free = free_bytes(part)
+    if free_mib is not None:
+        free = min(free, int(float(free_mib) * MIB))
+    return max(0, free - int(reserve_mib * MIB))
+
+
 def _download(
     opener: Opener,
     url: str,
@@ -314,14 +325,26 @@ def _download(
     free_mib: Optional[float],
     reserve_mib: float,
     dest: str,
+    size: Optional[int] = None,
 ) -> Dict[str, int]:
     have = os.path.getsize(part) if (resume and os.path.isfile(part)) else 0
+    if size is not None and have > size:
+        have = 0  # a leftover longer than the pinned file cannot be its beginning
     response, start = _request(opener, url, have)
     if response is None:  # 416: the .part already holds the whole file (or more)
         return {"resumed_from": have, "downloaded": 0, "size": have}
     total = _expected_total(response, start)
-    if total is not None:
-        check_disk_space(total - start, free_mib, reserve_mib, dest, free_bytes(part))
+    if total is not None and size is not None and total != size:
+        raise DownloadError(
+            f"{url}: the server announces {total} bytes, the pin recorded {size}; nothing was kept"
+        )
+    expected = total if total is not None else size
+    if expected is not None:
+        check_disk_space(expected - start, free_mib, reserve_mib, dest, free_bytes(part))
+    # Whatever the headers say (a server may send none, or lie), the body is cut at the pinned
+    # size and at the free space less the reserve: a chunk that would pass either is not written.
+    budget = _space_budget(part, free_mib, reserve_mib)
+    limit = budget if size is None else min(budget, size - start)
     mode = "ab" if start > 0 else "wb"
     written = 0
     with open(part, mode) as handle:
@@ -331,14 +354,29 @@ def _download(
             chunk = response.read(CHUNK)
             if not chunk:
                 break
+            if written + len(chunk) > limit:
+                handle.close()
+                os.unlink(part)
+                if size is not None and start + written + len(chunk) > size:
+                    raise DownloadError(
+                        f"{url}: the server sent more than the {size} bytes the pin recorded; "
+                        f"stopped and discarded the partial file"
+                    )
+                raise DiskSpaceError(
+                    f"not enough disk space for {dest}: the server sent more than the "
+                    f"{limit / MIB:.1f} MiB that fit (free space less {reserve_mib:g} MiB reserve); "
+                    f"stopped and discarded the partial file"
+                )
             handle.write(chunk)
             written += len(chunk)
         handle.flush()
         os.fsync(handle.fileno())
-    size = start + written
-    if total is not None and size != total:
-        raise DownloadError(f"{url}: the connection ended after {size} of {total} bytes (kept for resuming)")
-    return {"resumed_from": start, "downloaded": written, "size": size}
+    got = start + written
+    if expected is not None and got != expected:
+        raise DownloadError(
+            f"{url}: the connection ended after {got} of {expected} bytes (kept for resuming)"
+        )
+    return {"resumed_from": start, "downloaded": written, "size": got}
 
 
 def fetch(
@@ -351,6 +389,7 @@ def fetch(
     reserve_mib: float = 0,
     mode: int = 0o644,
     check_mode: bool = False,
+    size: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Make ``dest`` a verified copy of ``url``; return what happened.
 
@@ -359,8 +398,14 @@ def fetch(
     its sha256 equals the pin. A mismatch removes the .part; when the mismatch followed a
     resumed transfer the whole file is fetched once more from scratch (the old part may be
     the damaged bit) before giving up.
+
+    The body is bounded whatever the server's headers say: never more than ``size`` bytes (the
+    size the lock recorded, when known) and never more than the free space (the probe's
+    ``free_mib`` and the file system's, the smaller) less ``reserve_mib``.
     """
     pin = normalize_sha256(sha256, f"sha256 for {dest}")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+        raise ArtifactError(f"size for {dest}: expected a number of bytes, got {size!r}")
     result: Dict[str, Any] = {
         "changed": False,
         "path": dest,
@@ -376,11 +421,11 @@ def fetch(
         return result
     part = dest + ".part"
     os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
-    attempt = _download(opener, url, part, resume, free_mib, reserve_mib, dest)
+    attempt = _download(opener, url, part, resume, free_mib, reserve_mib, dest, size)
     actual = sha256_file(part)
     if actual != pin and attempt["resumed_from"] > 0:
         os.unlink(part)
-        attempt = _download(opener, url, part, False, free_mib, reserve_mib, dest)
+        attempt = _download(opener, url, part, False, free_mib, reserve_mib, dest, size)
         attempt["retried"] = 1
         actual = sha256_file(part)
     if actual != pin:

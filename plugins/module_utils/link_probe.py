@@ -6,7 +6,8 @@
 Python 3 stdlib only (it runs on the hosts). A worker runs :func:`serve` for a bounded time
 (``deadline`` seconds, then it exits whatever happens) and answers only a client that presents
 the run token; the head runs :func:`measure` against it. Every read from the network is bounded
-in size and in time. The protocol, one TCP connection per operation::
+in size and in total time (not per byte), and each connection is served in its own thread (at
+most ``MAX_CLIENTS``), so a slow client holds one slot for seconds, never the server. The protocol, one TCP connection per operation::
 
     client: LLMFLEET-PROBE/1 <token> <op> <arg>\\n     (at most 256 bytes)
     server: OK\\n | ERR <reason>\\n
@@ -27,6 +28,7 @@ import hmac
 import os
 import select
 import socket
+import threading
 import time
 
 MAGIC = "LLMFLEET-PROBE/1"
@@ -35,16 +37,25 @@ CHUNK = 65536
 MAX_PINGS = 100
 MAX_MS = 10000
 DEFAULT_MAX_BYTES = 1 << 30
+MAX_CLIENTS = 8  # connections served at once
+REQUEST_S = 5.0  # the whole request line, however slowly it is sent
+GRACE_S = 10.0  # an operation's time plus this, at most
 
 
 class ProbeError(Exception):
     """A probe that could not be done (the message says why)."""
 
 
-def _read_line(conn, limit=MAX_LINE):
-    """One line of at most ``limit`` bytes (the connection's timeout bounds the wait)."""
+def _read_line(conn, limit=MAX_LINE, until=None, clock=time.monotonic):
+    """One line of at most ``limit`` bytes; with ``until`` (a ``clock`` time) the whole line must
+    arrive by then, however the bytes are spread (else the connection's timeout bounds each wait)."""
     data = b""
     while not data.endswith(b"\n"):
+        if until is not None:
+            left = until - clock()
+            if left <= 0:
+                raise ProbeError("no whole line within the time allowed")
+            conn.settimeout(left)
         piece = conn.recv(1)
         if not piece:
             raise ProbeError("connection closed after %d bytes of a line" % len(data))
@@ -54,14 +65,24 @@ def _read_line(conn, limit=MAX_LINE):
     return data[:-1].decode("ascii", "replace")
 
 
+def _bounded(conn, until, clock):
+    """Set the socket's timeout to what is left until ``until``; ProbeError when nothing is."""
+    left = until - clock()
+    if left <= 0:
+        raise ProbeError("the connection's time is up")
+    conn.settimeout(left)
+
+
 def _handle(conn, token, deadline, max_bytes, clock):
-    """Serve one connection; True when the client asked the server to quit."""
-    remaining = deadline - clock()
-    if remaining <= 0:
+    """Serve one connection; True when the client asked the server to quit.
+
+    Every step has a total bound, not a per-byte one: the request line must arrive within
+    ``REQUEST_S`` seconds, an operation ends ``GRACE_S`` seconds after its own time at the
+    latest, and nothing outlives the server's ``deadline``."""
+    if deadline - clock() <= 0:
         return True
-    conn.settimeout(min(remaining, 10.0))
     try:
-        fields = _read_line(conn).split(" ")
+        fields = _read_line(conn, until=min(deadline, clock() + REQUEST_S), clock=clock).split(" ")
     except (ProbeError, OSError):
         return False
     if len(fields) != 4 or fields[0] != MAGIC:
@@ -79,9 +100,14 @@ def _handle(conn, token, deadline, max_bytes, clock):
     if op == "quit":
         conn.sendall(b"OK\n")
         return True
+    if op in ("ping", "down", "up"):
+        span = value / 1000.0 if op != "ping" else 0
+        until = min(deadline, clock() + span + GRACE_S)
+        _bounded(conn, until, clock)
     if op == "ping" and 1 <= value <= MAX_PINGS:
         conn.sendall(b"OK\n")
         for _unused in range(value):
+            _bounded(conn, until, clock)
             byte = conn.recv(1)
             if not byte:
                 break
@@ -93,6 +119,7 @@ def _handle(conn, token, deadline, max_bytes, clock):
         end = min(clock() + value / 1000.0, deadline)
         sent = 0
         while clock() < end and sent < max_bytes:
+            _bounded(conn, until, clock)
             conn.sendall(block)
             sent += len(block)
         return False
@@ -100,6 +127,7 @@ def _handle(conn, token, deadline, max_bytes, clock):
         conn.sendall(b"OK\n")
         got = 0
         while got <= max_bytes:
+            _bounded(conn, until, clock)
             piece = conn.recv(CHUNK)
             if not piece:
                 break
@@ -110,28 +138,48 @@ def _handle(conn, token, deadline, max_bytes, clock):
     return False
 
 
+def _serve_one(conn, token, deadline, max_bytes, clock, done, slots):
+    """One connection in its own thread; sets ``done`` when the client asked to quit."""
+    try:
+        if _handle(conn, token, deadline, max_bytes, clock):
+            done.set()
+    except (OSError, ProbeError):
+        pass
+    finally:
+        conn.close()
+        slots.release()
+
+
 def serve(sock, token, deadline_s, max_bytes=DEFAULT_MAX_BYTES, clock=time.monotonic):
     """Answer probe clients on the listening ``sock`` until ``deadline_s`` seconds have passed
-    or a client sends ``quit``; one connection at a time. Closes ``sock``."""
+    or a client sends ``quit``. Each connection is served in its own thread, at most
+    ``MAX_CLIENTS`` at once (one more is told ``ERR busy`` and closed), each bounded in total
+    time, so a slow client holds one slot for ``REQUEST_S`` seconds, not the server. Closes ``sock``."""
     if not token:
         raise ProbeError("serve needs a run token")
     deadline = clock() + float(deadline_s)
+    done = threading.Event()
+    slots = threading.BoundedSemaphore(MAX_CLIENTS)
     try:
-        while True:
+        while not done.is_set():
             remaining = deadline - clock()
             if remaining <= 0:
                 return
-            ready, _unused_w, _unused_x = select.select([sock], [], [], min(remaining, 1.0))
+            ready, _unused_w, _unused_x = select.select([sock], [], [], min(remaining, 0.2))
             if not ready:
                 continue
             conn, _unused = sock.accept()
-            try:
-                if _handle(conn, token, deadline, max_bytes, clock):
-                    return
-            except OSError:
-                pass
-            finally:
+            if not slots.acquire(blocking=False):
+                with contextlib.suppress(OSError):
+                    conn.setblocking(False)
+                    conn.send(b"ERR busy\n")
                 conn.close()
+                continue
+            worker = threading.Thread(
+                target=_serve_one, args=(conn, token, deadline, max_bytes, clock, done, slots)
+            )
+            worker.daemon = True
+            worker.start()
     finally:
         sock.close()
 

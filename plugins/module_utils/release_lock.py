@@ -17,8 +17,9 @@ Plain Python (stdlib only, no Ansible imports) so that the module ``lock_resolve
 - :func:`model_from_lock` fills ``llmfleet_model``'s url and sha256 from the lock when the inventory
   pins none.
 
-Every read from the network is bounded (a size cap and a deadline per answer) and every refusal
-names the source, the URL and the value.
+Every read from the network is bounded (a size cap and a deadline per answer, enforced by a
+watchdog that cuts a server dripping bytes off) and every refusal names the source, the URL and
+the value. A token goes over https to its own host and port only.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -27,13 +28,16 @@ __metaclass__ = type
 
 import contextlib
 import hashlib
+import http.client
 import json
 import re
+import socket
+import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from urllib.error import HTTPError, URLError
 from urllib.parse import quote, urljoin, urlsplit
-from urllib.request import HTTPRedirectHandler, Request, build_opener
+from urllib.request import HTTPHandler, HTTPRedirectHandler, HTTPSHandler, Request, build_opener
 
 SCHEMA = 1
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -57,6 +61,89 @@ class _NoRedirect(HTTPRedirectHandler):
         return None
 
 
+class _Watchdog:
+    """Shuts down every socket of one answer when its deadline passes, whatever the exchange is
+    doing then (a TLS handshake, headers or a body sent one byte at a time each within the
+    per-read timeout): the read in progress ends at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._sockets: List[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, seconds), self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                self._shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _watched(connection_class: Any) -> Any:
+    """``connection_class`` whose socket is handed to the request's :class:`_Watchdog`."""
+
+    class Watched(connection_class):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, watchdog: Optional[_Watchdog] = None, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            create = self._create_connection
+
+            def create_and_watch(*c_args: Any, **c_kwargs: Any) -> socket.socket:
+                sock = create(*c_args, **c_kwargs)
+                if watchdog is not None:
+                    watchdog.watch(sock)
+                return sock
+
+            self._create_connection = create_and_watch
+
+    return Watched
+
+
+_WatchedHTTP = _watched(http.client.HTTPConnection)
+_WatchedHTTPS = _watched(http.client.HTTPSConnection)
+
+
+class _WatchedHTTPHandler(HTTPHandler):
+    def http_open(self, req):
+        return self.do_open(_WatchedHTTP, req, watchdog=getattr(req, "llmfleet_watchdog", None))
+
+
+class _WatchedHTTPSHandler(HTTPSHandler):
+    def https_open(self, req):
+        kwargs: Dict[str, Any] = {"context": self._context}
+        if getattr(self, "_check_hostname", None) is not None:  # Python < 3.12
+            kwargs["check_hostname"] = self._check_hostname
+        return self.do_open(_WatchedHTTPS, req, watchdog=getattr(req, "llmfleet_watchdog", None), **kwargs)
+
+
+def _origin(url: str) -> Optional[Tuple[str, str, int]]:
+    """(scheme, host, port) of a URL; a bare ``host[:port]`` is taken as https."""
+    parts = urlsplit(url if "://" in url else "https://" + url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"https": 443, "http": 80}.get(scheme)
+    except ValueError:
+        return None
+    if not parts.hostname or port is None:
+        return None
+    return scheme, parts.hostname.lower(), port
+
+
 class Answer:
     def __init__(self, status: int, headers: Mapping[str, str], body: bytes, url: str) -> None:
         self.status = status
@@ -68,7 +155,11 @@ class Answer:
 class Http:
     """Bounded HTTP: every answer within ``deadline`` seconds and ``cap`` bytes, redirects by hand.
 
-    ``tokens`` maps a host (netloc) to an ``Authorization`` value sent only to that host.
+    ``deadline`` bounds the whole answer, redirects included: a watchdog shuts the socket down
+    when it passes, so a server that drips bytes (each within ``timeout``) is cut off in time.
+    ``tokens`` maps an API's URL (or a bare ``host[:port]``, taken as https) to an
+    ``Authorization`` value, sent over https to that host and port only: never over plain http,
+    not even to the same host name after a redirect, and never when the API itself is http.
     """
 
     def __init__(
@@ -80,13 +171,18 @@ class Http:
     ) -> None:
         self.timeout = float(timeout)
         self.deadline = float(deadline)
-        self.tokens = dict(tokens or {})
-        self._open = opener or build_opener(_NoRedirect).open
+        self.tokens: Dict[Tuple[str, str, int], str] = {}
+        for where, value in (tokens or {}).items():
+            origin = _origin(where)
+            if origin is not None and origin[0] == "https" and value:
+                self.tokens[origin] = value
+        self._open = opener or build_opener(_NoRedirect, _WatchedHTTPHandler, _WatchedHTTPSHandler).open
 
     def _headers(self, url: str, extra: Optional[Mapping[str, str]]) -> Dict[str, str]:
         headers = {"User-Agent": "llmfleet-lock/1"}
         headers.update(extra or {})
-        token = self.tokens.get(urlsplit(url).netloc)
+        origin = _origin(url) if "://" in url else None
+        token = self.tokens.get(origin) if origin is not None and origin[0] == "https" else None
         if token:
             headers["Authorization"] = token
         return headers
@@ -103,11 +199,23 @@ class Http:
     ) -> Answer:
         """One answer (redirects followed when ``follow``); the body is kept unless ``sink`` takes it."""
         start = time.monotonic()
+        watchdog = _Watchdog(self.deadline)
+        try:
+            return self._request(url, source, cap, method, headers, follow, sink, start, watchdog)
+        except (OSError, http.client.HTTPException) as exc:
+            if watchdog.expired or time.monotonic() - start >= self.deadline:
+                raise LockError(f"{source} ({url}): no whole answer within {self.deadline:g} s") from None
+            raise LockError(f"{source} ({url}): the answer broke off: {exc}") from None
+        finally:
+            watchdog.cancel()
+
+    def _request(self, url, source, cap, method, headers, follow, sink, start, watchdog) -> Answer:
         current = url
         for _unused in range(MAX_REDIRECTS + 1):
             if urlsplit(current).scheme not in ("http", "https"):
                 raise LockError(f"{source} ({url}): redirected to a non-HTTP URL {current!r}")
             req = Request(current, method=method, headers=self._headers(current, headers))
+            req.llmfleet_watchdog = watchdog  # type: ignore[attr-defined]
             remaining = self.deadline - (time.monotonic() - start)
             if remaining <= 0:
                 raise LockError(f"{source} ({url}): no answer within {self.deadline:g} s")
@@ -115,7 +223,9 @@ class Http:
                 resp = self._open(req, timeout=min(self.timeout, remaining))
             except HTTPError as exc:
                 resp = exc
-            except (URLError, OSError, ValueError) as exc:
+            except (URLError, OSError, ValueError, http.client.HTTPException) as exc:
+                if watchdog.expired:
+                    raise LockError(f"{source} ({url}): no whole answer within {self.deadline:g} s") from None
                 reason = getattr(exc, "reason", exc)
                 raise LockError(f"{source} ({current}): cannot connect: {reason}") from None
             try:
@@ -152,10 +262,12 @@ def _read(resp, source, url, cap, start, deadline, sink, strict) -> bytes:
     parts: List[bytes] = []
     total = 0
     while True:
-        if time.monotonic() - start > deadline:
-            raise LockError(f"{source} ({url}): the answer took more than {deadline:g} s")
+        if time.monotonic() - start >= deadline:
+            raise LockError(f"{source} ({url}): no whole answer within {deadline:g} s")
         chunk = resp.read(CHUNK)
         if not chunk:
+            if time.monotonic() - start >= deadline:  # the watchdog ended it: not a whole answer
+                raise LockError(f"{source} ({url}): no whole answer within {deadline:g} s")
             break
         total += len(chunk)
         if total > cap:
@@ -478,7 +590,10 @@ def lock_hf_model(
 
 
 def model_from_lock(model: Any, lock: Any) -> Any:
-    """``llmfleet_model`` with url and sha256 from the lock when the inventory pins neither."""
+    """``llmfleet_model`` with url and sha256 from the lock when the inventory pins neither.
+
+    The lock's ``size`` comes along when the sha256 is the lock's (it is that file's size).
+    """
     if not isinstance(model, Mapping):
         return model
     if model.get("url") or model.get("file") or not model.get("hf_repo"):
@@ -496,6 +611,14 @@ def model_from_lock(model: Any, lock: Any) -> Any:
     merged = dict(model)
     merged["url"] = pinned.get("url")
     merged["sha256"] = model.get("sha256") or pinned.get("sha256")
+    size = pinned.get("size")
+    if (
+        "size" not in model
+        and isinstance(size, int)
+        and not isinstance(size, bool)
+        and str(merged["sha256"]).lower() == str(pinned.get("sha256")).lower()
+    ):
+        merged["size"] = size  # the download stops there (the size of the file the pin is of)
     return merged
 
 

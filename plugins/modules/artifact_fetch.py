@@ -21,6 +21,9 @@ description:
     with the expected and the actual hash, removes the partial file and leaves O(dest)
     untouched. When the mismatch followed a resumed transfer, the file is fetched once more
     from the start before giving up.
+  - The body is cut, whatever the server's headers say (none, or a false C(Content-Length)), at
+    O(size) when given and at the free space (O(free_mib) and the file system's, the smaller) less
+    O(reserve_mib); the partial file is then removed and the task fails naming the bound.
   - Idempotent; when O(dest) already matches nothing is downloaded.
 options:
   url:
@@ -50,6 +53,12 @@ options:
     description: MiB that must stay free after the download.
     type: float
     default: 0
+  size:
+    description:
+      - The file's size in bytes as the lock recorded it. A server announcing another size is
+        refused, and no more than this many bytes are ever written. Omitted, only the free space
+        bounds the download.
+    type: int
   mode:
     description: Permissions of O(dest).
     type: raw
@@ -146,6 +155,7 @@ def main():
             resume=dict(type="bool", default=True),
             free_mib=dict(type="float"),
             reserve_mib=dict(type="float", default=0),
+            size=dict(type="int"),
             mode=dict(type="raw", default="0644"),
             timeout=dict(type="int", default=30),
             validate_certs=dict(type="bool", default=True),
@@ -171,6 +181,7 @@ def main():
                 reserve_mib=p["reserve_mib"],
                 mode=mode,
                 check_mode=module.check_mode,
+                size=p["size"],
             )
         else:
             result = adopt(p["src"], p["dest"], p["sha256"], mode=mode, check_mode=module.check_mode)

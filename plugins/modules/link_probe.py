@@ -15,7 +15,10 @@ version_added: 1.0.0
 description:
   - O(mode=serve) (on a worker) starts a probe server in a detached process that answers only
     clients presenting O(token) and exits after O(deadline) seconds (or when the head is done),
-    so nothing stays behind on the host. It returns the port it listens on.
+    so nothing stays behind on the host. It returns the port it listens on. Each connection is
+    served in its own thread (at most 8 at once, one more is told C(ERR busy)), the request line
+    within 5 seconds in all and each operation within its own time plus 10 seconds, so a slow
+    client holds one slot for seconds, never the server.
   - O(mode=measure) (on the head) measures each of O(targets) in turn - the median round-trip
     time of O(pings) one-byte exchanges and the throughput each way for O(seconds) - each step
     bounded by O(timeout). A target that does not answer gets C(measured=false) and a

@@ -24,7 +24,11 @@ description:
   - Every answer is read under a size cap and a deadline; a refusal names the source, the URL and
     the value. Read-only (never reports a change); the play writes the lock file.
   - Tokens come from the controller's environment (C(GITHUB_TOKEN) or C(GH_TOKEN), C(HF_TOKEN)) when
-    not given, and are sent only to the API's own host.
+    not given, and are sent over https to the API's own host and port only - never over plain http
+    (not even to the same host name after a redirect); an http O(github_api) or O(hf_endpoint) gets
+    no token (a warning says so).
+  - O(deadline) bounds each whole answer, redirects included; a server that sends its answer a byte
+    at a time is cut off when it passes.
 options:
   github_api:
     description: The GitHub API base URL.
@@ -154,10 +158,16 @@ def main():
     tokens = {}
     github_token = p["github_token"] or os.environ.get("GITHUB_TOKEN") or os.environ.get("GH_TOKEN")
     hf_token = p["hf_token"] or os.environ.get("HF_TOKEN")
-    if github_token:
-        tokens[urlsplit(p["github_api"]).netloc] = "Bearer " + github_token
-    if hf_token:
-        tokens[urlsplit(p["hf_endpoint"]).netloc] = "Bearer " + hf_token
+    for name, token, where in (
+        ("github_token", github_token, p["github_api"]),
+        ("hf_token", hf_token, p["hf_endpoint"]),
+    ):
+        if not token:
+            continue
+        if urlsplit(where).scheme != "https":
+            module.warn(f"{name} is not sent: {where} is not https (a token goes over https only)")
+            continue
+        tokens[where] = "Bearer " + token
     http = Http(timeout=p["timeout"], deadline=p["deadline"], tokens=tokens)
     try:
         lock = build_lock(

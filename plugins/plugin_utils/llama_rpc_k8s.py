@@ -198,7 +198,12 @@ def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build
         "archs": groups,
         "llama_cpp": pins,
         "head": {"name": head, "arch": head_arch, "request_mib": math.ceil(head_need)},
-        "model": {"url": url, "sha256": sha, "file": os.path.basename(model.get("file") or "model.gguf")},
+        "model": {
+            "url": url,
+            "sha256": sha,
+            "file": os.path.basename(model.get("file") or "model.gguf"),
+            "size": int(model.get("bytes") or 0),  # the download stops there (0: unknown)
+        },
         "pvc_size": pvc_size or "{0}Gi".format(model_gib + 2),
         "uid": UID,
         "manifest_dir": out_dir + "/manifests",

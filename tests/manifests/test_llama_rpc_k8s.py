@@ -50,6 +50,7 @@ WORKERLESS = FIXTURES / "workerless"
 WORKER_ONLY_KINDS = {"DaemonSet", "NetworkPolicy", "Role", "RoleBinding"}
 PODMAN_FLEET = FIXTURES / "podman"
 SUPERVISOR = ROOT / "roles" / "llama_rpc" / "files" / "llmfleet_supervisor.py"
+ARTIFACTS = ROOT / "plugins" / "module_utils" / "artifacts.py"
 CACHE = Path(os.environ.get("CACHE", ROOT / ".cache"))
 MODEL = CACHE / "models" / "tiny-llama-8L.gguf"
 TARBALL = CACHE / "dist" / "llama-b0c1e570-bin-ubuntu-x64.tar.gz"
@@ -249,6 +250,10 @@ def test_configmap_carries_the_plan_the_pins_and_the_systemd_supervisor(rendered
     data = rendered.configmap["data"]
     assert json.loads(data["plan.json"]) == rendered.plan
     assert data["llmfleet_supervisor.py"] == SUPERVISOR.read_text().rstrip("\n")
+    # One archive policy and one download bound for both targets: the fetch script's helper is the
+    # collection's own module_utils/artifacts.py, and the model download stops at the plan's size.
+    assert data["llmfleet_artifacts.py"] == ARTIFACTS.read_text().rstrip("\n")
+    assert data["model-size"] == str(MODEL.stat().st_size)
     assert data["model-sha256"] == sha256_of(MODEL)
     assert data["model-url"] == "http://models.example.internal/tiny-llama-8L.gguf"
     assert data["model-file"] == "tiny-llama-8L.gguf"

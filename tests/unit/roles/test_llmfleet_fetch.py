@@ -1,14 +1,18 @@
 """The init containers' fetch script (roles/llama_rpc/templates/kubernetes/llmfleet_fetch.py).
 
-Run as a real process against a real HTTP server on loopback (tests/support/http_mirror.py):
-nothing is used before its sha256 matches the pin, a tarball is unpacked without its top folder
-into a directory named by its hash and switched to last, unsafe members are refused.
+Run as a real process, from a directory laid out as the pods' ConfigMap volume (the script beside
+``llmfleet_artifacts.py``, the collection's plugins/module_utils/artifacts.py), against a real HTTP
+server on loopback (tests/support/http_mirror.py): nothing is used before its sha256 matches the
+pin, a tarball is unpacked without its top folder into a directory named by its hash and switched
+to last, unsafe members are refused by the systemd hosts' own policy, a download is bounded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -16,15 +20,31 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.hostile_http import Endless
 from tests.support.http_mirror import HttpMirror
 
 ROOT = Path(__file__).resolve().parents[3]
 FETCH = ROOT / "roles" / "llama_rpc" / "templates" / "kubernetes" / "llmfleet_fetch.py"
+ARTIFACTS = ROOT / "plugins" / "module_utils" / "artifacts.py"
+
+
+@pytest.fixture(autouse=True)
+def pod_config(tmp_path_factory) -> Path:
+    """/etc/llmfleet as the ConfigMap volume lays it out (configmap.yaml.j2, the volume items)."""
+    config = tmp_path_factory.mktemp("etc-llmfleet")
+    shutil.copy(FETCH, config / "llmfleet_fetch.py")
+    shutil.copy(ARTIFACTS, config / "llmfleet_artifacts.py")
+    global SCRIPT
+    SCRIPT = config / "llmfleet_fetch.py"
+    return config
+
+
+SCRIPT = FETCH
 
 
 def fetch(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(FETCH), *args], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-I", str(SCRIPT), *args], capture_output=True, text=True, timeout=60, check=False
     )
 
 
@@ -111,7 +131,7 @@ def test_unsafe_members_are_refused(mirror, tmp_path, members, links) -> None:
     pin = make_tarball(mirror.dir / "bad.tar.gz", members, links)
     dest = tmp_path / "llama.cpp"
     proc = fetch("tarball", "--url", mirror.url_for("bad.tar.gz"), "--sha256", pin, "--dest", str(dest))
-    assert proc.returncode == 1 and "refusing" in proc.stderr
+    assert proc.returncode == 1 and ("unsafe path" in proc.stderr or "leaves the archive" in proc.stderr)
     assert not (dest / "current").exists()
     assert not (tmp_path / "evil").exists()
 
@@ -130,7 +150,7 @@ def test_a_model_file_is_verified_recorded_and_replaced_when_corrupt(mirror, tmp
     Path(f"{dest}.sha256").unlink()
     dest.write_bytes(b"corrupt")
     proc = fetch("file", "--url", url, "--sha256", pin, "--dest", str(dest))
-    assert proc.returncode == 0 and "downloading again" in proc.stderr
+    assert proc.returncode == 0 and "downloaded again" in proc.stderr
     assert hashlib.sha256(dest.read_bytes()).hexdigest() == pin
 
 
@@ -138,7 +158,7 @@ def test_a_model_that_does_not_match_is_not_left_behind(mirror, tmp_path) -> Non
     (mirror.dir / "m.gguf").write_bytes(b"GGUF-other")
     dest = tmp_path / "models" / "m.gguf"
     proc = fetch("file", "--url", mirror.url_for("m.gguf"), "--sha256", "1" * 64, "--dest", str(dest))
-    assert proc.returncode == 1 and "does not match the pinned" in proc.stderr
+    assert proc.returncode == 1 and "sha256 mismatch" in proc.stderr
     assert list(dest.parent.iterdir()) == []
 
 
@@ -148,20 +168,137 @@ def test_a_malformed_pin_is_refused_before_any_download(mirror, tmp_path) -> Non
     assert mirror.requests == []
 
 
-@pytest.mark.parametrize("size", [0, 1, 1024 * 1024, 1024 * 1024 + 1, 3 * 1024 * 1024 + 17])
-def test_the_fetch_script_hashes_as_the_collection_does(tmp_path, size) -> None:
-    """Two copies of sha256-of-a-file, kept on purpose (docs/development.md): the pods' script
-    cannot import the collection. Both must give hashlib's digest of the whole content."""
-    import importlib.util
+def test_the_fetch_script_has_no_archive_or_download_code_of_its_own() -> None:
+    """One policy for both targets: the script calls the collection's artifacts module, it does
+    not carry a second tar walker, hasher or downloader."""
+    text = FETCH.read_text()
+    assert "import llmfleet_artifacts as artifacts" in text
+    for own_copy in ("import tarfile", "import hashlib", "extractall", "getmembers", ".read(CHUNK"):
+        assert own_copy not in text, own_copy
 
-    from ansible_collections.llmfleet.cluster.plugins.module_utils import artifacts
 
-    spec = importlib.util.spec_from_file_location("llmfleet_fetch_under_test", FETCH)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    data = bytes((i * 7 + 3) % 251 for i in range(size))
-    path = tmp_path / "blob"
-    path.write_bytes(data)
-    expected = hashlib.sha256(data).hexdigest()
-    assert script.sha256_of(str(path)) == expected
-    assert artifacts.sha256_file(str(path)) == expected
+# --------------------------------------------------------------------------------------------------
+# Issue 31: one archive policy for both targets (item 11), a bounded download (item 7)
+# --------------------------------------------------------------------------------------------------
+
+
+def _tar_with(path: Path, entries: list[tuple[str, str, bytes | str]]) -> str:
+    """A tarball of (name, kind, data-or-linkname) in order: kind is file, dir, sym or hard."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, kind, value in entries:
+            info = tarfile.TarInfo(name)
+            info.mode = 0o755
+            if kind == "file":
+                assert isinstance(value, bytes)
+                info.size = len(value)
+                tar.addfile(info, io.BytesIO(value))
+                continue
+            info.type = {"dir": tarfile.DIRTYPE, "sym": tarfile.SYMTYPE, "hard": tarfile.LNKTYPE}[kind]
+            if kind != "dir":
+                info.linkname = str(value)
+            tar.addfile(info)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+BINARIES = [
+    ("llama-b1/llama-server", "file", b"server"),
+    ("llama-b1/ggml-rpc-server", "file", b"rpc"),
+]
+
+
+def test_a_chain_of_symlinks_cannot_carry_a_file_out_of_the_tree(mirror, tmp_path) -> None:
+    """Each link on its own stays inside (a/b -> .., a/b/c -> .., a/b/c/d -> ..), but followed in a
+    row they climb out; a file written below them would land beside the destination."""
+    pin = _tar_with(
+        mirror.dir / "chain.tar.gz",
+        [
+            *BINARIES,
+            ("llama-b1/a", "dir", ""),
+            ("llama-b1/a/b", "sym", ".."),
+            ("llama-b1/a/b/c", "sym", ".."),
+            ("llama-b1/a/b/c/d", "sym", ".."),
+            ("llama-b1/a/b/c/d/evil", "file", b"outside"),
+        ],
+    )
+    dest = tmp_path / "llama.cpp"
+    proc = fetch("tarball", "--url", mirror.url_for("chain.tar.gz"), "--sha256", pin, "--dest", str(dest))
+    assert proc.returncode == 1, proc.stderr
+    assert "below a symlink" in proc.stderr or "leaves the archive" in proc.stderr
+    assert not (tmp_path / "evil").exists() and not (dest / "evil").exists()
+    assert not (dest / "current").exists()
+
+
+def test_a_hard_link_cannot_reach_the_model_and_overwrite_it(mirror, tmp_path) -> None:
+    """The Deployment's volume holds llama.cpp/ and models/ side by side: a hard link to the model
+    followed by a file of the same name would write into the model, which its marker then keeps."""
+    model = b"GGUF" + bytes(range(256)) * 4
+    (mirror.dir / "m.gguf").write_bytes(model)
+    model_pin = hashlib.sha256(model).hexdigest()
+    data = tmp_path / "data"
+    model_path = data / "models" / "m.gguf"
+    assert (
+        fetch(
+            "file", "--url", mirror.url_for("m.gguf"), "--sha256", model_pin, "--dest", str(model_path)
+        ).returncode
+        == 0
+    )
+    pin = _tar_with(
+        mirror.dir / "hard.tar.gz",
+        [
+            *BINARIES,
+            ("llama-b1/bin/x/h", "hard", "llama-b1/../../models/m.gguf"),
+            ("llama-b1/bin/x/h", "file", b"EVIL" * 10),
+        ],
+    )
+    dest = data / "llama.cpp"
+    proc = fetch("tarball", "--url", mirror.url_for("hard.tar.gz"), "--sha256", pin, "--dest", str(dest))
+    assert proc.returncode == 1, proc.stderr
+    assert model_path.read_bytes() == model
+    again = fetch("file", "--url", mirror.url_for("m.gguf"), "--sha256", model_pin, "--dest", str(model_path))
+    assert again.returncode == 0 and model_path.read_bytes() == model
+
+
+def test_a_model_changed_in_place_is_hashed_again_not_kept_by_its_marker(mirror, tmp_path) -> None:
+    model = b"GGUF" + bytes(range(256)) * 4
+    (mirror.dir / "m.gguf").write_bytes(model)
+    pin = hashlib.sha256(model).hexdigest()
+    dest = tmp_path / "models" / "m.gguf"
+    url = mirror.url_for("m.gguf")
+    assert fetch("file", "--url", url, "--sha256", pin, "--dest", str(dest)).returncode == 0
+    with open(dest, "r+b") as handle:  # same size, same inode, other bytes
+        handle.write(b"EVIL")
+    proc = fetch("file", "--url", url, "--sha256", pin, "--dest", str(dest))
+    assert proc.returncode == 0 and "verified before" not in proc.stderr
+    assert dest.read_bytes() == model
+
+
+def test_a_model_without_content_length_stops_at_its_pinned_size(tmp_path) -> None:
+    dest = tmp_path / "models" / "m.gguf"
+    with Endless(16 << 20) as server:
+        proc = fetch(
+            "file", "--url", server.url, "--sha256", "a" * 64, "--dest", str(dest), "--size", str(1 << 20)
+        )
+    assert proc.returncode == 1 and "more than the 1048576 bytes the pin recorded" in proc.stderr
+    assert sorted(p.name for p in dest.parent.iterdir()) == []
+
+
+def test_a_download_stops_at_the_free_space_less_the_reserve(tmp_path) -> None:
+    """No size known: the reserve leaves about 2 MiB of the file system's free space usable."""
+    dest = tmp_path / "models" / "m.gguf"
+    dest.parent.mkdir()
+    st = os.statvfs(dest.parent)
+    reserve_mib = st.f_bavail * st.f_frsize / (1 << 20) - 2
+    with Endless(64 << 20) as server:
+        proc = fetch(
+            "file",
+            "--url",
+            server.url,
+            "--sha256",
+            "a" * 64,
+            "--dest",
+            str(dest),
+            "--reserve-mib",
+            f"{reserve_mib:.3f}",
+        )
+    assert proc.returncode == 1 and "disk space" in proc.stderr, proc.stderr
+    assert list(dest.parent.iterdir()) == []

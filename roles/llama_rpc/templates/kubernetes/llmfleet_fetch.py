@@ -1,16 +1,21 @@
 #!/usr/bin/env python
 """llmfleet fetch: the init containers of the Kubernetes target of llmfleet.cluster.llama_rpc.
 
-Stdlib only; shipped in the ConfigMap next to the supervisor. Fails closed: nothing is used
-before its sha256 matches the pin.
+Stdlib only; shipped in the ConfigMap next to ``llmfleet_artifacts.py``, which is the collection's
+``plugins/module_utils/artifacts.py`` itself (the systemd target's download and unpacking code):
+one download bound and one archive policy for both targets. Fails closed: nothing is used before
+its sha256 matches the pin.
 
-    llmfleet_fetch.py tarball --url URL --sha256 HEX --dest DIR
-        download a llama.cpp release tarball, verify it, unpack it (its one top folder stripped)
-        into DIR/<sha256[:16]>/, add the link llmfleet-rpc-server to ggml-rpc-server (or the
-        older rpc-server), and switch DIR/current to it last. Kept when already there.
-    llmfleet_fetch.py file --url URL --sha256 HEX --dest PATH
-        download one file (a model) to PATH, verify it and record the verified hash in
-        PATH.sha256; a file whose recorded hash is the pin is kept.
+    llmfleet_fetch.py tarball --url URL --sha256 HEX --dest DIR [--reserve-mib N]
+        download a llama.cpp release tarball (cut at the free space less the reserve), verify it,
+        unpack it (its one top folder stripped; every member checked first by the same
+        ``plan_members`` as on systemd hosts) into DIR/<sha256[:16]>/, add the link
+        llmfleet-rpc-server to ggml-rpc-server (or the older rpc-server), and switch DIR/current
+        to it last. Kept when already there.
+    llmfleet_fetch.py file --url URL --sha256 HEX --dest PATH [--size BYTES] [--reserve-mib N]
+        download one file (a model) to PATH (resumable, cut at BYTES when known and at the free
+        space less the reserve), verify it and record the verified hash, size and modification
+        time in PATH.sha256; a file whose record still matches is kept without hashing it again.
     llmfleet_fetch.py own --path DIR --uid N [--gid N]
         create DIR and give it to N (a hostPath cache the unprivileged container writes).
 """
@@ -18,19 +23,18 @@ before its sha256 matches the pin.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
-import shutil
 import sys
-import tarfile
-import tempfile
 import urllib.request
 from collections.abc import Sequence
 from typing import Optional
 
-CHUNK = 1024 * 1024
-WORKER_NAMES = ("ggml-rpc-server", "rpc-server")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import llmfleet_artifacts as artifacts  # plugins/module_utils/artifacts.py, beside this file
+
 WORKER_LINK = "llmfleet-rpc-server"
+DEFAULT_RESERVE_MIB = 256
 
 
 class FetchError(Exception):
@@ -42,106 +46,60 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def check_pin(sha256: str) -> str:
-    pin = sha256.strip().lower()
-    if len(pin) != 64 or any(c not in "0123456789abcdef" for c in pin):
-        raise FetchError(f"the pinned sha256 {sha256!r} is not 64 hex digits")
-    return pin
-
-
-def download(url: str, dest: str, pin: str, timeout: float) -> None:
-    """Download ``url`` to ``dest`` (through a temporary file) and verify it against ``pin``."""
-    directory = os.path.dirname(os.path.abspath(dest))
-    os.makedirs(directory, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".fetch-", dir=directory)
-    digest = hashlib.sha256()
     try:
-        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
-            for block in iter(lambda: response.read(CHUNK), b""):
-                digest.update(block)
-                out.write(block)
-        actual = digest.hexdigest()
-        if actual != pin:
-            raise FetchError(f"{url}: sha256 {actual} does not match the pinned {pin}; nothing was used")
-        os.replace(tmp, dest)
-    except OSError as exc:
-        raise FetchError(f"{url}: download failed: {exc}") from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        return artifacts.normalize_sha256(sha256, "the pinned sha256")
+    except artifacts.ArtifactError as exc:
+        raise FetchError(f"{exc} (not 64 hex digits)") from None
 
 
-def _members(archive: tarfile.TarFile, target: str) -> list:
-    """The archive's members with its one top folder stripped; refuses paths leaving ``target``."""
-    members = archive.getmembers()
-    tops = {m.name.split("/", 1)[0] for m in members if m.name not in ("", ".")}
-    strip = len(tops) == 1 and any("/" in m.name for m in members)
-    kept = []
-    root = os.path.realpath(target)
-    for member in members:
-        name = member.name.split("/", 1)[1] if strip and "/" in member.name else member.name
-        if strip and "/" not in member.name:
-            continue
-        if not name or name.startswith("/") or ".." in name.split("/"):
-            raise FetchError(f"refusing the archive member {member.name!r}")
-        if member.issym() or member.islnk():
-            link = os.path.normpath(os.path.join(os.path.dirname(name), member.linkname))
-            if os.path.isabs(member.linkname) or link.startswith(".."):
-                raise FetchError(f"refusing the link {member.name!r} -> {member.linkname!r}")
-        elif not (member.isfile() or member.isdir()):
-            raise FetchError(f"refusing the special file {member.name!r}")
-        if not os.path.realpath(os.path.join(root, name)).startswith(root + os.sep):
-            raise FetchError(f"refusing the archive member {member.name!r}")
-        member.name = name
-        if member.islnk():
-            member.linkname = member.linkname.split("/", 1)[1] if strip else member.linkname
-        kept.append(member)
-    return kept
+def opener(timeout: float) -> artifacts.Opener:
+    def open_fn(url: str, headers: dict, timeout: float) -> object:
+        return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+
+    return artifacts.make_opener(open_fn, timeout=timeout)
 
 
-def fetch_tarball(url: str, sha256: str, dest: str, timeout: float) -> str:
+def _link_worker(build: str) -> None:
+    """``llmfleet-rpc-server`` -> the worker binary of this release (made once, kept after)."""
+    link = os.path.join(build, WORKER_LINK)
+    if os.path.lexists(link):
+        return
+    name = artifacts.find_binary(build, artifacts.WORKER_BINARIES)
+    if name is None:
+        raise FetchError(f"{build}: no {' or '.join(artifacts.WORKER_BINARIES)} in it")
+    os.symlink(name, link)
+
+
+def fetch_tarball(url: str, sha256: str, dest: str, timeout: float, reserve_mib: float) -> str:
     pin = check_pin(sha256)
     build = os.path.join(dest, pin[:16])
     current = os.path.join(dest, "current")
-    if os.path.isfile(os.path.join(build, ".llmfleet-sha256")):
-        with open(os.path.join(build, ".llmfleet-sha256"), encoding="ascii") as handle:
-            if handle.read().strip() == pin:
-                log(f"{build}: llama.cpp {pin} already unpacked")
-                _switch(current, os.path.basename(build))
-                return build
-    os.makedirs(dest, exist_ok=True)
-    tarball = os.path.join(dest, f".{pin[:16]}.tar.gz")
-    download(url, tarball, pin, timeout)
-    log(f"{url}: sha256 {pin} verified")
-    staging = tempfile.mkdtemp(prefix=".unpack-", dir=dest)
-    try:
-        with tarfile.open(tarball, "r:*") as archive:
-            members = _members(archive, staging)
-            archive.extractall(staging, members=members)
-        names = [n for n in WORKER_NAMES if os.path.isfile(os.path.join(staging, n))]
-        if not names or not os.path.isfile(os.path.join(staging, "llama-server")):
-            raise FetchError(f"{url}: no llama-server and {' or '.join(WORKER_NAMES)} in the tarball")
-        os.symlink(names[0], os.path.join(staging, WORKER_LINK))
-        with open(os.path.join(staging, ".llmfleet-sha256"), "w", encoding="ascii") as handle:
-            handle.write(pin + "\n")
-        os.chmod(staging, 0o755)
-        if os.path.isdir(build):
-            shutil.rmtree(build)
-        os.replace(staging, build)
-    finally:
-        if os.path.isdir(staging):
-            shutil.rmtree(staging)
-        os.unlink(tarball)
+    marker = artifacts.read_marker(build)
+    if marker is not None and marker.get("sha256") == pin:
+        log(f"{build}: llama.cpp {pin} already unpacked")
+    else:
+        os.makedirs(dest, exist_ok=True)
+        tarball = os.path.join(dest, f".{pin[:16]}.archive")
+        try:
+            artifacts.fetch(opener(timeout), url, tarball, pin, reserve_mib=reserve_mib)
+            log(f"{url}: sha256 {pin} verified")
+            artifacts.install(
+                build,
+                pin,
+                archive=tarball,
+                info={"url": url},
+                require_one_of=list(artifacts.WORKER_BINARIES),
+                require=["llama-server"],
+            )
+        finally:
+            for leftover in (tarball, tarball + ".part"):
+                if os.path.lexists(leftover):
+                    os.unlink(leftover)
+        log(f"{build}: unpacked")
+    _link_worker(build)
     _switch(current, os.path.basename(build))
-    log(f"{build}: unpacked; {current} -> {os.path.basename(build)}")
+    log(f"{current} -> {os.path.basename(build)}")
     return build
 
 
@@ -153,30 +111,32 @@ def _switch(link: str, target: str) -> None:
     os.replace(tmp, link)
 
 
-def fetch_file(url: str, sha256: str, dest: str, timeout: float) -> str:
+def _record(dest: str) -> str:
+    """What the marker keeps beside the hash: size and modification time (an overwritten file
+    no longer matches them, so it is hashed again)."""
+    st = os.stat(dest)
+    return f"{st.st_size} {st.st_mtime_ns}"
+
+
+def fetch_file(
+    url: str, sha256: str, dest: str, timeout: float, size: Optional[int], reserve_mib: float
+) -> str:
     pin = check_pin(sha256)
     marker = f"{dest}.sha256"
     if os.path.isfile(dest) and os.path.isfile(marker):
         with open(marker, encoding="ascii") as handle:
-            if handle.read().split()[:1] == [pin]:
-                log(f"{dest}: sha256 {pin} verified before, kept")
-                return dest
-    if os.path.isfile(dest):
-        actual = sha256_of(dest)
-        if actual == pin:
-            _write_marker(marker, pin, dest)
-            log(f"{dest}: sha256 {pin} verified, kept")
+            fields = handle.read().split()
+        if fields[:1] == [pin] and " ".join(fields[2:4]) == _record(dest):
+            log(f"{dest}: sha256 {pin} verified before, kept")
             return dest
-        log(f"{dest}: sha256 {actual} is not the pinned {pin}: downloading again")
-    download(url, dest, pin, timeout)
-    _write_marker(marker, pin, dest)
+    existed = os.path.isfile(dest)
+    result = artifacts.fetch(opener(timeout), url, dest, pin, reserve_mib=reserve_mib, size=size)
+    if existed and result["changed"]:
+        log(f"{dest}: not the pinned file: downloaded again")
+    with open(marker, "w", encoding="ascii") as handle:
+        handle.write(f"{pin}  {os.path.basename(dest)}  {_record(dest)}\n")
     log(f"{url}: sha256 {pin} verified; {dest}")
     return dest
-
-
-def _write_marker(marker: str, pin: str, dest: str) -> None:
-    with open(marker, "w", encoding="ascii") as handle:
-        handle.write(f"{pin}  {os.path.basename(dest)}\n")
 
 
 def own(path: str, uid: int, gid: int) -> None:
@@ -195,6 +155,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cmd.add_argument("--sha256", required=True)
         cmd.add_argument("--dest", required=True)
         cmd.add_argument("--timeout", type=float, default=60.0)
+        cmd.add_argument("--reserve-mib", type=float, default=DEFAULT_RESERVE_MIB)
+        if name == "file":
+            cmd.add_argument("--size", type=int, default=0, help="bytes of the pinned file (0: unknown)")
     cmd = sub.add_parser("own")
     cmd.add_argument("--path", required=True)
     cmd.add_argument("--uid", type=int, required=True)
@@ -202,12 +165,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     opts = parser.parse_args(argv)
     try:
         if opts.command == "tarball":
-            fetch_tarball(opts.url, opts.sha256, opts.dest, opts.timeout)
+            fetch_tarball(opts.url, opts.sha256, opts.dest, opts.timeout, opts.reserve_mib)
         elif opts.command == "file":
-            fetch_file(opts.url, opts.sha256, opts.dest, opts.timeout)
+            size = opts.size if opts.size > 0 else None
+            fetch_file(opts.url, opts.sha256, opts.dest, opts.timeout, size, opts.reserve_mib)
         else:
             own(opts.path, opts.uid, opts.gid if opts.gid >= 0 else opts.uid)
-    except FetchError as exc:
+    except (FetchError, artifacts.ArtifactError, OSError) as exc:
         log(f"error: {exc}")
         return 1
     return 0

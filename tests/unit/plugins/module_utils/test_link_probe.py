@@ -123,3 +123,78 @@ def test_serve_in_background_answers_and_exits_at_its_deadline() -> None:
         time.sleep(0.1)
     else:
         pytest.fail("the background server outlived its 2 s deadline")
+
+
+class Dripper(threading.Thread):
+    """A client that sends a request line one byte a second (each within the old 10 s per-byte
+    timeout) and records when the server closed on it."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.closed_after: float | None = None
+
+    def run(self) -> None:
+        begin = time.monotonic()
+        try:
+            for byte in f"{link_probe.MAGIC} {TOKEN} ping 1\n".encode():
+                self.conn.sendall(bytes([byte]))
+                time.sleep(1.0)
+        except OSError:
+            pass
+        finally:
+            self.closed_after = time.monotonic() - begin
+            self.conn.close()
+
+
+def test_a_slow_client_does_not_hold_the_server_for_the_others() -> None:
+    """Issue 31 item 12: two clients dripping their request lines; the head's measure still runs."""
+    port, thread = start(deadline=30.0)
+    drippers = [Dripper(port), Dripper(port)]
+    for dripper in drippers:
+        dripper.start()
+    time.sleep(0.3)  # both are connected and being served first
+    result = link_probe.measure("w1", "127.0.0.1", port, TOKEN, seconds=0.2, pings=3, timeout=2.0)
+    link_probe.quit_server("127.0.0.1", port, TOKEN)
+    thread.join(5)
+    assert result["measured"] is True, result
+    assert not thread.is_alive()
+
+
+def test_a_request_line_has_a_total_bound_not_a_per_byte_one() -> None:
+    port, thread = start(deadline=30.0)
+    dripper = Dripper(port)
+    began = time.monotonic()
+    dripper.start()
+    # The server stops reading after REQUEST_S whatever the pace: the client's next send fails
+    # or its line is never answered; it no longer holds anything.
+    deadline = began + 9.0  # the line takes ~40 s at this pace; REQUEST_S (5 s) + slack
+    conn = dripper.conn
+    closed = False
+    while time.monotonic() < deadline and not closed:
+        try:
+            conn.settimeout(0.5)
+            closed = conn.recv(64) == b""
+        except socket.timeout:
+            continue
+        except OSError:
+            closed = True
+    link_probe.quit_server("127.0.0.1", port, TOKEN)
+    thread.join(5)
+    assert closed, "the server still held a dripping client after 9 s"
+    assert time.monotonic() - began < 9.0 and link_probe.REQUEST_S < 9.0
+
+
+def test_more_clients_than_slots_are_told_busy_not_queued() -> None:
+    port, thread = start(deadline=30.0)
+    held = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(link_probe.MAX_CLIENTS)]
+    time.sleep(0.3)
+    extra = socket.create_connection(("127.0.0.1", port), timeout=5)
+    answer = extra.recv(64)
+    extra.close()
+    for conn in held:
+        conn.close()
+    time.sleep(0.3)
+    link_probe.quit_server("127.0.0.1", port, TOKEN)
+    thread.join(5)
+    assert answer == b"ERR busy\n"

@@ -184,3 +184,20 @@ def test_model_from_lock_fills_only_what_the_inventory_left_empty():
     assert rl.model_from_lock(model, {}) == model
     with pytest.raises(rl.LockError, match=r"run playbooks/lock\.yml again"):
         rl.model_from_lock(dict(model, hf_revision="v2"), lock)
+
+
+def test_model_from_lock_carries_the_size_of_the_pinned_file_only():
+    """The download stops at the lock's size (issue 31 item 7), which is the size of the file the
+    lock's sha256 is of: an inventory pinning another sha256 gets no size from the lock."""
+    pinned = {
+        "hf_repo": "acme/tiny-GGUF",
+        "hf_file": "tiny-Q8_0.gguf",
+        "hf_revision": "main",
+        "url": "http://h/acme/tiny-GGUF/resolve/c/tiny-Q8_0.gguf",
+        "sha256": "aa" * 32,
+        "size": 12345,
+    }
+    model = {"name": "tiny", "hf_repo": "acme/tiny-GGUF", "hf_file": "tiny-Q8_0.gguf"}
+    assert rl.model_from_lock(model, {"model": pinned})["size"] == 12345
+    assert "size" not in rl.model_from_lock(dict(model, sha256="bb" * 32), {"model": pinned})
+    assert rl.model_from_lock(dict(model, size=7), {"model": pinned})["size"] == 7

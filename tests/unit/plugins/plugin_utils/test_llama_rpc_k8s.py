@@ -106,7 +106,12 @@ def test_facts_pin_every_architecture_and_list_one_daemonset_each() -> None:
     assert facts["manifests"][0]["kind"] == "Namespace"
     assert [m["kind"] for m in facts["manifests"] if m["secret"]] == ["Secret"]
     assert facts["head"] == {"name": "head", "arch": "amd64", "request_mib": 101}
-    assert facts["model"] == {"url": "http://m/model.gguf", "sha256": "3" * 64, "file": "model.gguf"}
+    assert facts["model"] == {
+        "url": "http://m/model.gguf",
+        "sha256": "3" * 64,
+        "file": "model.gguf",
+        "size": 3 * (1 << 30) + 1,  # the pods' download stops there
+    }
     assert facts["pvc_size"] == "6Gi"  # 3 GiB + 1 byte -> 4, + 2
     assert facts["manifest_dir"] == "/out/manifests" and facts["key_file"] == "/out/llama-rpc-api-key"
 
