@@ -7,10 +7,10 @@ oneshot ``nft -f`` said "active" after anyone's ``nft flush ruleset`` (Debian's 
 flushes on start, reload and stop) while the port stood open; this process instead
 
 1. loads the table (``nft -f FILE``; a failure is exit 1: the unit fails and rpc-server never starts),
-2. watches the ruleset (``nft monitor``) and, after every transaction that touches the table,
-   compares it with what it loaded; a table flushed, deleted or edited is loaded again at once
-   (logged), and when that fails, or the table is put back more than ``--max-reloads`` times a
-   minute, it exits 1: the unit fails, and systemd stops rpc-server with it,
+2. watches the ruleset (``nft monitor``): after every transaction of another process that
+   touches the table (a flush, a delete, an edit) it loads the table again at once (logged);
+   when that fails, or the table is put back more than ``--max-reloads`` times a minute, it exits
+   1: the unit fails, and systemd stops rpc-server with it,
 3. tells systemd it is ready (``READY=1``, ``Type=notify``) only once the watch runs, so rpc-server
    starts after the watch, never before.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -51,35 +52,46 @@ def notify(state: str) -> None:
         sock.sendall(state.encode())
 
 
+GENERATION = re.compile(r"^# new generation \d+ by process (\d+)")
+
+
 class Firewall:
     def __init__(self, nft: str, ruleset: str, max_reloads: int):
         self.nft = nft
         self.ruleset = ruleset
         self.max_reloads = max_reloads
         self.expected = ""
+        self.own: set = set()  # process ids of this watcher's own nft -f runs
         self.reloads: deque = deque()
-
-    def run_nft(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([self.nft, *args], capture_output=True, text=True, check=False, timeout=30)
 
     def live(self) -> Optional[str]:
         """The table as nft lists it without counters (None when it is not loaded)."""
-        proc = self.run_nft("-s", "list", "table", *TABLE)
+        proc = subprocess.run(
+            [self.nft, "-s", "list", "table", *TABLE], capture_output=True, text=True, check=False, timeout=30
+        )
         return proc.stdout if proc.returncode == 0 else None
 
     def load(self) -> None:
-        proc = self.run_nft("-f", self.ruleset)
+        proc = subprocess.Popen(
+            [self.nft, "-f", self.ruleset], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.own.add(proc.pid)
+        _out, err = proc.communicate(timeout=30)
         if proc.returncode != 0:
-            raise RuntimeError(f"nft -f {self.ruleset} failed ({proc.returncode}): {proc.stderr.strip()}")
-        live = self.live()
-        if live is None:
-            raise RuntimeError(f"nft -f {self.ruleset} succeeded but table {' '.join(TABLE)} is not there")
-        self.expected = live
+            raise RuntimeError(f"nft -f {self.ruleset} failed ({proc.returncode}): {err.strip()}")
+        self.expected = self.live() or ""
 
-    def check(self) -> None:
-        """Load the table again when it is not what was loaded; RuntimeError when that fails."""
+    def changed(self, pid: Optional[int]) -> None:
+        """A transaction touched the table: load it again unless this watcher made it.
+
+        Another process's change is never trusted, whatever the table looks like after it (a
+        listing taken right after it could include it); only where nft names no process is the
+        table compared with what was loaded."""
+        if pid is not None and pid in self.own:
+            self.own.discard(pid)
+            return
         live = self.live()
-        if live == self.expected:
+        if pid is None and live == self.expected:
             return
         now = time.monotonic()
         self.reloads.append(now)
@@ -91,7 +103,8 @@ class Firewall:
                 f"60 s; giving up (rpc-server stops with this unit)"
             )
         what = "is gone (flushed or deleted)" if live is None else "was changed"
-        log(f"table {' '.join(TABLE)} {what}: loading {self.ruleset} again")
+        by = f" by process {pid}" if pid is not None else ""
+        log(f"table {' '.join(TABLE)} {what}{by}: loading {self.ruleset} again")
         self.load()
 
 
@@ -112,9 +125,14 @@ def watch(firewall: Firewall, stopping: list) -> int:
                 return 0
             if marker in line or "flush ruleset" in line:
                 touched = True
-            if line.startswith("# new generation") and touched:
+            if line.startswith("# new generation"):
+                found = GENERATION.match(line)
+                pid = int(found.group(1)) if found else None
+                if touched:
+                    firewall.changed(pid)
+                elif pid is not None:
+                    firewall.own.discard(pid)
                 touched = False
-                firewall.check()
         if stopping:
             return 0
         log(f"nft monitor ended (exit {monitor.wait()}): cannot watch the table any longer")
