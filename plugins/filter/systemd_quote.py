@@ -58,7 +58,6 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.systemd_unit impo
     UnitValueError,
     quote,
     quote_words,
-    unsafe,
 )
 
 
@@ -71,15 +70,6 @@ def systemd_quote(value, mode="exec", executable=False, name="value"):
         raise AnsibleFilterError("systemd_quote: %s" % err) from err
 
 
-def systemd_unsafe(values):
-    """Control characters in a mapping of variable name -> value ([] when none); see systemd_quote."""
-    if not isinstance(values, dict):
-        raise AnsibleFilterError(
-            "systemd_unsafe: expects a mapping of variable name -> value, got %r" % (values,)
-        )
-    return unsafe(values)
-
-
 class FilterModule(object):
     def filters(self):
-        return {"systemd_quote": systemd_quote, "systemd_unsafe": systemd_unsafe}
+        return {"systemd_quote": systemd_quote}
