@@ -148,12 +148,11 @@ SCENARIO = textwrap.dedent(
 def test_a_silent_partition_is_seen_within_the_bound(tmp_path: Path) -> None:
     script = tmp_path / "scenario.py"
     script.write_text(SCENARIO)
-    proc = subprocess.run(
+    from tests.unit.roles.test_firewall_watch import run_group
+
+    proc = run_group(
         ["unshare", "-rn", sys.executable, str(script), str(SUPERVISOR), str(tmp_path), str(BOUND)],
-        capture_output=True,
-        text=True,
-        timeout=BOUND + 90,
-        check=False,
+        BOUND + 90,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
