@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.process_group import run_group
 from tests.unit.roles.test_llama_rpc_templates import render
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,13 +39,7 @@ pytestmark = pytest.mark.skipif(not _namespaces_work(), reason="needs unshare -r
 def run_in_namespace(script: str, tmp_path: Path, timeout: float = 30) -> subprocess.CompletedProcess:
     path = tmp_path / "scenario.sh"
     path.write_text(textwrap.dedent(script))
-    return subprocess.run(
-        ["unshare", "-rn", "sh", "-eu", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_group(["unshare", "-rn", "sh", "-eu", str(path)], timeout)
 
 
 def test_a_flushed_or_edited_table_is_put_back_at_once(tmp_path: Path) -> None:

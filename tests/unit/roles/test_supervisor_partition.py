@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.process_group import run_group
+
 ROOT = Path(__file__).resolve().parents[3]
 SUPERVISOR = ROOT / "roles" / "llama_rpc" / "files" / "llmfleet_supervisor.py"
 # keepalive 5 s idle + 3 probes 2 s apart, plus the supervisor's interval: about 12 s
@@ -148,8 +150,6 @@ SCENARIO = textwrap.dedent(
 def test_a_silent_partition_is_seen_within_the_bound(tmp_path: Path) -> None:
     script = tmp_path / "scenario.py"
     script.write_text(SCENARIO)
-    from tests.unit.roles.test_firewall_watch import run_group
-
     proc = run_group(
         ["unshare", "-rn", sys.executable, str(script), str(SUPERVISOR), str(tmp_path), str(BOUND)],
         BOUND + 90,
