@@ -63,12 +63,15 @@ def pod(
     init_containers: Sequence[str] = (),
     restarts: Optional[dict[str, int]] = None,
     last_terminated: Optional[dict[str, dict[str, Any]]] = None,
+    owner: Optional[str] = None,
+    owner_kind: str = "DaemonSet",
 ) -> dict[str, Any]:
     """A Pod as the API returns it, with the fields the supervisor and verify read.
 
     The first of ``containers`` carries the port named ``rpc``. ``restarts`` gives a container's
     restartCount and ``last_terminated`` its ``lastState.terminated`` (e.g. ``{"reason":
-    "OOMKilled", "exitCode": 137}``); init containers are reported as completed.
+    "OOMKilled", "exitCode": 137}``); init containers are reported as completed. ``owner``: the name
+    of the controller (``owner_kind``, apps/v1) in the pod's ownerReferences (none when not given).
     """
     restarts = restarts or {}
     last_terminated = last_terminated or {}
@@ -80,6 +83,17 @@ def pod(
     }
     if deleting:
         meta["deletionTimestamp"] = "2026-11-30T06:30:00Z"
+    if owner:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": owner_kind,
+                "name": owner,
+                "uid": f"uid-{owner}",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
     spec: dict[str, Any] = {
         "nodeName": node,
         "containers": [

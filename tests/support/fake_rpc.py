@@ -11,7 +11,10 @@ bytes of its own capabilities (all zero: plain TCP), then waits for the next com
 - ``"rpc"``: answers HELLO like rpc-server (and counts them in ``hellos``),
 - ``"silent"``: accepts and reads, never answers (a hung server, or another service),
 - ``"close"``: accepts and closes at once,
-- ``"http"``: answers like a web server (``HTTP/1.1 400 ...``), not an rpc-server.
+- ``"http"``: answers like a web server (``HTTP/1.1 400 ...``), not an rpc-server,
+- ``"old"``: answers HELLO with the three version bytes alone (the older protocols' answer).
+
+``version``: the protocol version it answers (default the pinned build's, 7.0.0).
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ VERSION = (7, 0, 0)
 
 
 class FakeRpcServer:
-    def __init__(self, mode: str = "rpc", port: int = 0) -> None:
-        if mode not in ("rpc", "silent", "close", "http"):
+    def __init__(self, mode: str = "rpc", port: int = 0, version: tuple[int, int, int] = VERSION) -> None:
+        if mode not in ("rpc", "silent", "close", "http", "old"):
             raise ValueError(f"mode {mode!r}")
         self.mode = mode
+        self.version = version
         self.port = port
         self.hellos = 0
         self.bad_requests: list[bytes] = []
@@ -95,7 +99,8 @@ class FakeRpcServer:
             _exact(conn, size)
             with self._lock:
                 self.hellos += 1
-            answer = bytes([*VERSION, 0]) + bytes(CAPS)
+            # protocols before 3.x answered the three version bytes alone
+            answer = bytes(self.version) if self.mode == "old" else bytes([*self.version, 0]) + bytes(CAPS)
             conn.sendall(struct.pack("<Q", len(answer)) + answer)
             while conn.recv(4096):  # like rpc-server: wait for the next command
                 pass

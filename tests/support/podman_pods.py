@@ -247,15 +247,29 @@ class PodmanPod:
         podman("rm", "-f", "-t", "2", self.name, check=False)
 
 
-def pod_manifest(pod: PodmanPod, template_labels: dict[str, str], ready: bool = True) -> dict[str, Any]:
-    """The Pod the fake API server lists for ``pod`` (its IP, node, ports and labels)."""
+def pod_manifest(
+    pod: PodmanPod, template_labels: dict[str, str], ready: bool = True, owner: Optional[str] = None
+) -> dict[str, Any]:
+    """The Pod the fake API server lists for ``pod`` (its IP, node, ports and labels; ``owner``: the
+    DaemonSet named as its controller, as the DaemonSet controller sets it)."""
+    meta: dict[str, Any] = {
+        "name": pod.name,
+        "namespace": pod.namespace,
+        "labels": dict(template_labels),
+        "creationTimestamp": "2026-11-30T06:00:00Z",
+    }
+    if owner:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "name": owner,
+                "uid": f"uid-{owner}",
+                "controller": True,
+            }
+        ]
     return {
-        "metadata": {
-            "name": pod.name,
-            "namespace": pod.namespace,
-            "labels": dict(template_labels),
-            "creationTimestamp": "2026-11-30T06:00:00Z",
-        },
+        "metadata": meta,
         "spec": {"nodeName": pod.node, "containers": pod.spec["containers"]},
         "status": {
             "podIP": pod.ip,

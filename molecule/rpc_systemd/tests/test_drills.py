@@ -198,6 +198,127 @@ def test_drill3_rpc_port_only_reachable_from_the_head(plan: dict) -> None:
         print(f"drill 3: {source:8} -> {worker}:{host_entry(plan, worker)['port']}  {out}")
 
 
+FIREWALL_UNIT = "llmfleet-firewall.service"
+PROBE = (
+    'python3 -c "import socket\n'
+    "try:\n socket.create_connection(('{addr}', {port}), timeout=3).close(); print('open')\n"
+    "except OSError as e: print('closed', type(e).__name__)\""
+)
+
+
+def reach(source: str, plan: dict, worker: str) -> str:
+    entry = host_entry(plan, worker)
+    return sh(source, PROBE.format(addr=entry["address"], port=entry["port"])).strip()
+
+
+def active(host: str, unit: str) -> str:
+    return sh(host, f"systemctl is-active {unit}", check=False).strip()
+
+
+def wait_full_fleet(plan: dict, key: str, limit: float) -> float:
+    """Seconds until the supervisor serves every planned worker again and the API answers."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        state = supervisor_state()
+        if state.get("status") == "running" and state.get("workers") == sorted(plan["workers"]):
+            break
+        time.sleep(1)
+    wait_answer(plan, key, max(10.0, limit - (time.monotonic() - start)))
+    return time.monotonic() - start
+
+
+def test_drill4_the_firewall_does_not_fail_open(plan: dict, api_key: str) -> None:
+    """Issue #31 item 3: a flushed ruleset is put back at once, rpc-server runs only while its
+    firewall unit runs, and a table that does not load keeps rpc-server down."""
+    worker, other = plan["workers"][-1], plan["workers"][0]
+    show = sh(worker, f"systemctl show -p IPAddressDeny -p IPAddressAllow {RPC_UNIT}").split()
+    print(f"\ndrill 4: {worker}'s rpc-server unit: {show}")
+    assert "IPAddressDeny=0.0.0.0/0 ::/0" in " ".join(show) or "IPAddressDeny=any" in " ".join(show), show
+    cgroup2 = sh(worker, "grep -c cgroup2 /proc/self/mounts", check=False).strip()
+    print(
+        f"drill 4: cgroup2 mounts in the container: {cgroup2} (0: systemd cannot attach IPAddressDeny here)"
+    )
+
+    # 1. Debian's nftables.service flushes the whole ruleset on start, reload and stop
+    for how in (
+        "nft flush ruleset",
+        "systemctl restart nftables.service",
+        "nft flush chain inet llmfleet input",
+    ):
+        sh(worker, how)
+        time.sleep(1)
+        table = sh(worker, "nft list table inet llmfleet", check=False)
+        assert "drop" in table, f"after {how!r}: the table is not back:\n{table}"
+        assert reach(other, plan, worker).startswith("closed"), f"after {how!r}: {other} reached {worker}"
+        assert reach(HEAD, plan, worker) == "open", f"after {how!r}: the head cannot reach {worker}"
+        assert active(worker, RPC_UNIT) == "active"
+        print(
+            f"drill 4: after {how!r}: table back within 1 s, {other} -> {worker} closed, head -> {worker} open"
+        )
+    print(journal(worker, FIREWALL_UNIT, "-5min"))
+
+    # 2. stopping the firewall unit stops rpc-server first (BindsTo=), then the table goes
+    sh(worker, f"systemctl stop {FIREWALL_UNIT}")
+    states = (active(worker, RPC_UNIT), active(worker, FIREWALL_UNIT))
+    print(f"drill 4: firewall unit stopped: rpc-server {states[0]}, firewall {states[1]}")
+    assert states[0] != "active"
+
+    # 3. a table that does not load: rpc-server does not start (Requires=)
+    sh(
+        worker,
+        "cp /etc/llmfleet/firewall.nft /root/firewall.nft.good && echo 'table inet llmfleet { nonsense }' > /etc/llmfleet/firewall.nft",
+    )
+    try:
+        sh(worker, f"systemctl start {RPC_UNIT}", check=False)
+        time.sleep(2)
+        states = (active(worker, RPC_UNIT), active(worker, FIREWALL_UNIT))
+        print(f"drill 4: with a ruleset nft refuses: rpc-server {states[0]}, firewall {states[1]}")
+        assert states[0] != "active", "rpc-server started although its firewall did not load"
+    finally:
+        sh(worker, "cp /root/firewall.nft.good /etc/llmfleet/firewall.nft && systemctl reset-failed")
+    sh(worker, f"systemctl start {RPC_UNIT}")
+    assert (active(worker, RPC_UNIT), active(worker, FIREWALL_UNIT)) == ("active", "active")
+    back = wait_full_fleet(plan, api_key, 150)
+    print(f"drill 4: the fleet served every worker again {back:.1f} s after rpc-server came back")
+
+
+def test_drill5_a_silent_partition_is_seen_while_idle(plan: dict, api_key: str) -> None:
+    """Issue #31 item 6: the worker drops every packet from and to the head (a pulled cable: no
+    RST, no FIN) while the fleet is idle; the supervisor must say so within BOUND seconds."""
+    bound = 30
+    worker = plan["workers"][0]
+    head_address = host_entry(plan, plan["head"])["address"]
+    wait_answer(plan, api_key, 60)
+    log = journal(HEAD, HEAD_UNIT, "-10min")
+    armed = [line for line in log.splitlines() if "keepalive" in line]
+    print("\ndrill 5: " + "\ndrill 5: ".join(armed[-4:]))
+    since = now_on(HEAD)
+    sh(
+        worker,
+        "nft -f - <<'EOF'\ntable inet partition {\n chain input { type filter hook input priority -10; policy accept; "
+        f"ip saddr {head_address} drop; }}\n chain output {{ type filter hook output priority -10; policy accept; "
+        f"ip daddr {head_address} drop; }}\n}}\nEOF",
+    )
+    start = time.monotonic()
+    seen = None
+    try:
+        while time.monotonic() - start < bound:
+            text = journal(HEAD, HEAD_UNIT, since)
+            if f"worker {worker} (" in text and ("connection to it is gone" in text or "stalls" in text):
+                seen = time.monotonic() - start
+                break
+            time.sleep(1)
+    finally:
+        sh(worker, "nft delete table inet partition")
+    print(journal(HEAD, HEAD_UNIT, since))
+    print(
+        f"drill 5: {worker} partitioned while idle; the supervisor said so after {seen} s (bound {bound} s)"
+    )
+    assert seen is not None, f"the supervisor still counted {worker} up {bound} s after a silent partition"
+    back = wait_full_fleet(plan, api_key, 150)
+    print(f"drill 5: the fleet served every worker again {back:.1f} s after the partition ended")
+
+
 def test_drill1_worker_restart_mid_request(plan: dict, api_key: str) -> None:
     worker = plan["workers"][0]
     outcome: dict = {}

@@ -143,3 +143,51 @@ def test_profile_reads_the_verify_roles_published_result_only() -> None:
     assert set(result) == {"plan", "samples", "status", "answer", "elapsed", "timings"}
     reset = yaml.safe_load((ROOT / "roles" / "verify" / "tasks" / "preflight.yml").read_text())[0]
     assert reset["ansible.builtin.set_fact"]["verify_result"] == {}
+
+
+def test_a_left_out_worker_runs_the_planned_workers_unit_not_a_bare_systemd_run() -> None:
+    """Issue #31: the measuring rpc-server ran as root through systemd-run, without hardening or
+    firewall, for up to 30 minutes. It now runs the llama_rpc role's own unit and firewall unit
+    (tasks_from: measure), and the stop play removes them (tasks_from: measure_stop)."""
+    text = (ROOT / "playbooks" / "profile.yml").read_text()
+    assert "systemd-run" not in text
+    plays = yaml.safe_load(text)
+    tasks = [t for p in plays for t in p.get("tasks") or []]
+    run = next(
+        t for t in tasks if (t.get("ansible.builtin.include_role") or {}).get("tasks_from") == "measure"
+    )
+    assert run["ansible.builtin.include_role"]["name"] == "llmfleet.cluster.llama_rpc"
+    assert "__profile_measuring" in run["vars"]["llama_rpc_plan"]
+    assert "profile_rpc_seconds" in run["vars"]["llama_rpc_measure_seconds"]
+    assert run["when"] == "inventory_hostname in _profile_added"
+    stop = next(
+        t for t in tasks if (t.get("ansible.builtin.include_role") or {}).get("tasks_from") == "measure_stop"
+    )
+    assert "measuring.added" in stop["when"]
+    names = [t.get("name") for t in tasks]
+    assert names.index(run["name"]) < names.index(stop["name"])
+
+
+def test_the_measuring_unit_is_the_planned_workers_unit_plus_a_time_limit() -> None:
+    from tests.unit.roles.test_llama_rpc_templates import ROLE, _trusted, directive, render
+
+    (block,) = yaml.safe_load((ROLE / "tasks" / "measure.yml").read_text())
+    measure_vars = _trusted(block["vars"])
+    assert measure_vars["_llama_rpc_unit_dir"] == "/run/systemd/system"  # runtime: never enabled
+    planned = render("systemd/llmfleet-rpc-server.service.j2", "w1")
+    measuring = render(
+        "systemd/llmfleet-rpc-server.service.j2", "w1", {**measure_vars, "llama_rpc_measure_seconds": 900}
+    )
+    assert directive(measuring, "RuntimeMaxSec") == ["900"]
+
+    def lines(unit: str) -> set[str]:
+        return {x for x in unit.splitlines() if x and not x.startswith("#")}
+
+    assert lines(measuring) - lines(planned) == {"RuntimeMaxSec=900"}
+    assert lines(planned) <= lines(measuring)
+    for key in ("NoNewPrivileges", "ProtectSystem", "IPAddressDeny", "IPAddressAllow", "BindsTo", "User"):
+        assert directive(measuring, key), key
+    assert directive(measuring, "IPAddressAllow") == ["10.9.0.2"]
+    # the firewall unit it is bound to loads the table from the runtime directory
+    firewall = render("systemd/llmfleet-firewall.service.j2", "w1", measure_vars)
+    assert directive(firewall, "ExecStart")[0].endswith(" /run/llmfleet-measure/firewall.nft")

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import targets
 
+from tests.support.ansible_env import load_collection_plugins
 from tests.support.fleet_lookup import inline_fleet_lookups
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -49,15 +50,17 @@ def _trusted(value):
     return value
 
 
-def render(template: str, host: str, extra: dict | None = None) -> str:
+def render(template: str, host: str, extra: dict | None = None, role: Path = ROLE) -> str:
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
 
+    load_collection_plugins()
+
     variables: dict = {}
     variables.update(
-        _trusted(yaml.safe_load(inline_fleet_lookups((ROLE / "defaults" / "main.yml").read_text())))
+        _trusted(yaml.safe_load(inline_fleet_lookups((role / "defaults" / "main.yml").read_text())))
     )
-    variables.update(_trusted(yaml.safe_load(inline_fleet_lookups((ROLE / "vars" / "main.yml").read_text()))))
+    variables.update(_trusted(yaml.safe_load(inline_fleet_lookups((role / "vars" / "main.yml").read_text()))))
     variables.update(
         {
             "llmfleet_plan": PLAN,
@@ -74,7 +77,7 @@ def render(template: str, host: str, extra: dict | None = None) -> str:
     )
     variables.update(extra or {})
     templar = Templar(loader=DataLoader(), variables=variables)
-    return templar.template(_trusted((ROLE / "templates" / template).read_text()))
+    return templar.template(_trusted((role / "templates" / template).read_text()))
 
 
 def directive(text: str, key: str) -> list[str]:
@@ -202,8 +205,14 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path, template: str, host: 
     )
     unit = tmp_path / Path(template).name.removesuffix(".j2")
     unit.write_text(text)
+    # rpc-server requires its firewall unit (Requires=, BindsTo=): verified side by side
+    firewall = tmp_path / "llmfleet-firewall.service"
+    firewall.write_text(render("systemd/llmfleet-firewall.service.j2", host))
     proc = subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True, check=False
+        ["systemd-analyze", "verify", "--man=no", str(unit), *([str(firewall)] if unit != firewall else [])],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     problems = [
         line
@@ -211,3 +220,52 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path, template: str, host: 
         if line.strip() and "Failed to open" not in line and "Unit " not in line
     ]
     assert proc.returncode == 0 and not problems, proc.stdout + proc.stderr
+
+
+# The firewall must not fail open (issue #31): rpc-server runs only while its firewall unit runs, the
+# firewall unit keeps its table loaded, and systemd itself admits the one peer.
+
+
+def test_rpc_server_runs_only_while_its_firewall_unit_runs() -> None:
+    unit = render("systemd/llmfleet-rpc-server.service.j2", "w1")
+    # Requires=: a table that failed to load keeps rpc-server down; BindsTo=: the firewall unit
+    # stopping or failing stops rpc-server (After=: stopped before the table goes)
+    assert directive(unit, "Requires") == ["llmfleet-firewall.service"]
+    assert directive(unit, "BindsTo") == ["llmfleet-firewall.service"]
+    assert "llmfleet-firewall.service" in directive(unit, "After")[0].split()
+    off = render("systemd/llmfleet-rpc-server.service.j2", "w1", {"llama_rpc_firewall": False})
+    assert not directive(off, "Requires") and not directive(off, "BindsTo")
+
+
+@pytest.mark.parametrize(("extra", "peer"), [({}, "10.9.0.2"), (TUNNEL, "10.213.0.9")])
+def test_systemd_itself_admits_only_the_head(extra: dict, peer: str) -> None:
+    for firewall in (True, False):
+        unit = render(
+            "systemd/llmfleet-rpc-server.service.j2", "w2", {**extra, "llama_rpc_firewall": firewall}
+        )
+        assert directive(unit, "IPAddressDeny") == ["any"]
+        assert directive(unit, "IPAddressAllow") == [peer]
+
+
+def test_the_firewall_unit_keeps_its_table_and_deletes_it_only_after_rpc_server() -> None:
+    unit = render("systemd/llmfleet-firewall.service.j2", "w1")
+    # a long-running watcher (ready once it watches), not a oneshot that says "active" after a flush
+    assert directive(unit, "Type") == ["notify"]
+    assert "RemainAfterExit" not in unit
+    (exec_start,) = directive(unit, "ExecStart")
+    assert exec_start.split() == [
+        "/usr/bin/python3",
+        "/opt/llmfleet/supervisor/llmfleet_firewall.py",
+        "/etc/llmfleet/firewall.nft",
+    ]
+    assert not directive(unit, "ExecStop"), "deleted while the watcher runs, the table would come back"
+    assert directive(unit, "ExecStopPost") == ["-/usr/sbin/nft delete table inet llmfleet"]
+    assert directive(unit, "Restart") == ["on-failure"]
+    assert "llmfleet-rpc-server.service" in directive(unit, "Before")[0].split()
+    assert directive(unit, "CapabilityBoundingSet") == ["CAP_NET_ADMIN"]
+
+
+def test_a_measuring_rpc_server_stops_by_itself() -> None:
+    unit = render("systemd/llmfleet-rpc-server.service.j2", "w1", {"_llama_rpc_runtime_max_sec": 1800})
+    assert directive(unit, "RuntimeMaxSec") == ["1800"]
+    assert "RuntimeMaxSec" not in render("systemd/llmfleet-rpc-server.service.j2", "w1")
