@@ -170,6 +170,8 @@ def test_ingress_routes_the_prefix_to_the_service(full: dict[str, dict]) -> None
     annotations = ingress["metadata"]["annotations"]
     assert annotations["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
     assert annotations["example.test/owner"] == "llmfleet"
+    # TLS by default (issue #31 item 8): plain HTTP redirected.
+    assert annotations["nginx.ingress.kubernetes.io/force-ssl-redirect"] == "true"
     deployment = _kind(full, "Deployment")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
