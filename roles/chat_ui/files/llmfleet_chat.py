@@ -130,6 +130,7 @@ class Config:
     idle_timeout: float = IDLE_TIMEOUT
     header_timeout: float = HEADER_TIMEOUT
     max_per_client: int = MAX_PER_CLIENT
+    trusted_proxies: str = ""
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,35 @@ def check_bearer(header: Optional[str], key: str) -> bool:
     if scheme.lower() != "bearer":
         return False
     return hmac.compare_digest(value.strip().encode("utf-8", "replace"), key.encode("utf-8"))
+
+
+def parse_networks(text: str) -> tuple:
+    """``10.0.0.0/8, fc00::/7`` -> the networks; raises ConfigError naming a bad one."""
+    networks = []
+    for item in (text or "").split(","):
+        if item.strip():
+            try:
+                networks.append(ipaddress.ip_network(item.strip(), strict=False))
+            except ValueError as exc:
+                raise ConfigError(
+                    f"trusted proxies: {item.strip()!r} is not an address or a network: {exc}"
+                ) from None
+    return tuple(networks)
+
+
+def forwarded_client(peer: str, forwarded_for: Optional[str], proxies: tuple) -> str:
+    """The address a request counts against: the peer's, or, when the peer is one of the trusted
+    ``proxies`` (an Ingress controller), the last X-Forwarded-For entry, the one it appended."""
+    if not proxies or not forwarded_for:
+        return peer
+    try:
+        if not any(ipaddress.ip_address(peer.split("%", 1)[0]) in net for net in proxies):
+            return peer
+        last = forwarded_for.rsplit(",", 1)[-1].strip()
+        ipaddress.ip_address(last)
+    except ValueError:
+        return peer
+    return last
 
 
 def client_key(address: str) -> str:
@@ -550,6 +580,7 @@ class ChatServer(http.server.HTTPServer):
         # Keep files for the workers (a client and an upstream socket each) and the process.
         self.max_waiting = max(16, min(MAX_WAITING, nofile - 2 * config.max_connections - 64))
         self.guesses = GuessLimiter()
+        self.trusted_proxies = parse_networks(config.trusted_proxies)
         self._local = threading.local()
         self._inbox: list[tuple[socket.socket, Any, float, str]] = []
         self._inbox_lock = threading.Lock()
@@ -936,7 +967,11 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
         header = self.headers.get("Authorization")
         if not header:
             return False  # no guess: the browser's first request, before the password prompt
-        key = client_key(self.client_address[0])
+        key = client_key(
+            forwarded_client(
+                self.client_address[0], self.headers.get("X-Forwarded-For"), self.server.trusted_proxies
+            )
+        )
         wait = self.server.guesses.take(key)
         if wait:
             LOG.warning("%s: too many wrong credentials; refused for %.0f s", self.address_string(), wait)
@@ -1484,6 +1519,12 @@ def parse_args(argv: Optional[list[str]] = None, environ: Optional[dict[str, str
         help="connections one client (address, IPv6 /64) may hold open at once (default %(default)s)",
     )
     parser.add_argument(
+        "--trusted-proxies",
+        default=default("trusted-proxies", ""),
+        help="comma-separated networks of proxies (an Ingress controller) whose last X-Forwarded-For "
+        "entry is the client whose wrong passwords are counted (default: none, the peer counts)",
+    )
+    parser.add_argument(
         "--api-passthrough",
         action="store_true",
         default=default("api-passthrough", "").lower() in ("1", "true", "yes"),
@@ -1512,6 +1553,7 @@ def parse_args(argv: Optional[list[str]] = None, environ: Optional[dict[str, str
         idle_timeout=args.idle_timeout,
         header_timeout=args.header_timeout,
         max_per_client=args.max_per_client,
+        trusted_proxies=args.trusted_proxies,
     )
 
 

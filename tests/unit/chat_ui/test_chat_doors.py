@@ -73,12 +73,15 @@ class App:
         source: str = "127.0.0.1",
         timeout: float = 5.0,
         tls: Optional[ssl.SSLContext] = None,
+        forwarded_for: str = "",
     ) -> int:
         sock = self.connect(source, timeout)
         if tls is not None:
             sock = tls.wrap_socket(sock, server_hostname="127.0.0.1")
         with sock:
             auth = b"Authorization: " + authorization.encode() + b"\r\n" if authorization else b""
+            if forwarded_for:
+                auth += b"X-Forwarded-For: " + forwarded_for.encode() + b"\r\n"
             sock.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n")
             data = b""
             while True:
@@ -145,6 +148,37 @@ def test_parallel_guesses_are_counted_too(upstream: FakeUpstream) -> None:
         for thread in threads:
             thread.join()
     assert answers.count(401) <= 11 and len(answers) == 50, sorted(answers)
+
+
+def test_behind_a_trusted_proxy_the_forwarded_client_is_counted(upstream: FakeUpstream) -> None:
+    """An Ingress controller is every client's peer: the client it names counts, not the controller."""
+    with App(upstream.url, trusted_proxies="127.0.0.0/8") as app:
+        guesser = [
+            app.get(
+                "/chat/", basic(USER, f"guess-{i:04d}-guess-guess"), forwarded_for="10.1.1.1, 203.0.113.5"
+            )
+            for i in range(30)
+        ]
+        user = app.get("/chat/", basic(USER, PASSWORD), forwarded_for="203.0.113.6")
+    assert guesser.count(401) == 10 and guesser.count(429) == 20
+    assert user == 200
+    # From a peer that is not trusted, X-Forwarded-For is only a header: varying it changes nothing.
+    with App(upstream.url) as app:
+        spoofed = [
+            app.get("/chat/", basic(USER, f"guess-{i:04d}-guess-guess"), forwarded_for=f"198.51.100.{i}")
+            for i in range(30)
+        ]
+    assert spoofed.count(401) == 10 and spoofed.count(429) == 20
+
+
+def test_forwarded_client_and_bad_proxy_networks() -> None:
+    proxies = chat.parse_networks("10.0.0.0/8, fc00::/7")
+    assert chat.forwarded_client("10.2.3.4", "1.1.1.1, 203.0.113.9", proxies) == "203.0.113.9"
+    assert chat.forwarded_client("192.0.2.1", "203.0.113.9", proxies) == "192.0.2.1"
+    assert chat.forwarded_client("10.2.3.4", "not-an-address", proxies) == "10.2.3.4"
+    assert chat.forwarded_client("10.2.3.4", None, proxies) == "10.2.3.4"
+    with pytest.raises(chat.ConfigError, match="trusted proxies: 'nope'"):
+        chat.ChatServer(chat.Config(password=PASSWORD, port=0, trusted_proxies="10.0.0.0/8,nope"))
 
 
 @pytest.mark.parametrize("password", ["12345678", "fifteen-chars!!"])
