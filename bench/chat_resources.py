@@ -43,7 +43,7 @@ from tests.support.fake_openai import FakeUpstream
 APP = "roles/chat_ui/files/llmfleet_chat.py"
 BEFORE = "c0de2fd"
 KEY = "sk-bench-0123456789abcdef"
-USER, PASSWORD = "llmfleet", "bench-password"
+USER, PASSWORD = "llmfleet", "bench-password-of-24-chars"
 
 
 def free_port() -> int:

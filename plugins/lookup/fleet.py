@@ -15,7 +15,7 @@ description:
     C(plugins/plugin_utils/fleet_defaults.py) beside the target registry.
   - "The settings and their defaults: C(llmfleet_target) V(systemd), C(llmfleet_backend) V(llama_cpp),
     C(llmfleet_output_dir) V(build), C(llmfleet_render_only) V(false), C(llmfleet_kubeconfig) V(''),
-    C(llmfleet_tls) V(false), C(llmfleet_wireguard) V(true), C(llmfleet_site_verify) V(true),
+    C(llmfleet_tls) V(true) when C(chat_ui_password) is set else V(false), C(llmfleet_wireguard) V(true), C(llmfleet_site_verify) V(true),
     C(llmfleet_dedicated) V(false), C(llmfleet_node_labels) V({}), C(llmfleet_node_taints) V([]),
     C(llmfleet_model) V({}), C(llmfleet_context) V(4096), C(llmfleet_parallel) V(1),
     C(llmfleet_cache_type_k) V(f16), C(llmfleet_cache_type_v) V(f16), C(llmfleet_min_workers) V(0),

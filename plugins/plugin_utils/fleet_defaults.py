@@ -28,6 +28,12 @@ def _lock_file(value: Callable[[str], Any]) -> str:
     return "%s/group_vars/all/llmfleet_lock.yml" % (value("inventory_dir") or ".")
 
 
+def _tls(value: Callable[[str], Any]) -> bool:
+    # TLS whenever the head serves the password-protected chat page (issue #31 item 8): the
+    # password and the API key never cross the LAN in clear unless the inventory asks for it
+    return value("chat_ui_password") is not None
+
+
 def _hf_endpoint(_value: Callable[[str], Any]) -> str:
     return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
 
@@ -39,7 +45,7 @@ SETTINGS: Dict[str, Setting] = {
     "llmfleet_output_dir": Setting("build"),
     "llmfleet_render_only": Setting(False),
     "llmfleet_kubeconfig": Setting(""),
-    "llmfleet_tls": Setting(False),
+    "llmfleet_tls": Setting(False, computed=_tls),
     "llmfleet_wireguard": Setting(True),
     "llmfleet_site_verify": Setting(True),
     "llmfleet_dedicated": Setting(False),

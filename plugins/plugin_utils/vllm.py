@@ -13,14 +13,15 @@ decides is what the plan does not say:
   because LeaderWorkerSet has a single pod template for all workers);
 - the resources per pod (requests equal to limits) and whether they fit each node;
 - how each pod learns its node rank;
-- the Kubernetes objects: LeaderWorkerSet, leader-only Service, Ingress, PodMonitor, Namespace,
-  and the Secrets when their values are given.
+- the Kubernetes objects: LeaderWorkerSet, leader-only Service, NetworkPolicy, Ingress (the API's
+  paths only, TLS), PodMonitor, Namespace, and the Secrets when their values are given.
 
 Runs on the controller only, but keeps to Python 3.9 syntax like the rest of module_utils.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -33,6 +34,19 @@ LWS_CRD_NAME = "leaderworkersets.leaderworkerset.x-k8s.io"
 PODMONITOR_CRD_NAME = "podmonitors.monitoring.coreos.com"
 
 VERDICTS = ("supported", "limited", "unsupported")
+
+# What the Ingress routes to the leader: vLLM's API key guards /v1 only, so nothing else of the
+# leader's port (/invocations, /tokenize, /pause, /metrics, ...) is published; /health answers
+# a load balancer. (path, pathType).
+API_INGRESS_PATHS = (("/v1", "Prefix"), ("/health", "Exact"))
+# The containers' securityContext: no capability but SYS_NICE (vLLM's NUMA and thread-affinity
+# calls), no privilege escalation. vLLM's image runs as root and writes its caches under $HOME,
+# so neither runAsNonRoot nor a read-only root filesystem is set.
+CONTAINER_SECURITY_CONTEXT = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"], "add": ["SYS_NICE"]},
+}
+POD_SECURITY_CONTEXT = {"seccompProfile": {"type": "RuntimeDefault"}}
 
 # Flags that must never appear, with the reason (checked on every rendered container).
 FORBIDDEN_FLAGS = {
@@ -506,7 +520,7 @@ def _pod_spec(
         "args": args,
         "env": env,
         "resources": {"requests": dict(quantities), "limits": dict(quantities)},
-        "securityContext": {"capabilities": {"add": ["SYS_NICE"]}},
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
     }
     if command:
@@ -550,6 +564,9 @@ def _pod_spec(
             }
         }
     spec: Dict[str, Any] = {
+        # vLLM never talks to the Kubernetes API: no token in the pods.
+        "automountServiceAccountToken": False,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         "affinity": affinity,
         "containers": [container],
         "volumes": [
@@ -638,6 +655,9 @@ def build_manifests(choice: GroupChoice, opts: Dict[str, Any]) -> List[Dict[str,
         }
     )
 
+    if _flag(opts.get("networkpolicy", True)):
+        objects.append(build_network_policy(name, ns, port, opts))
+
     if opts.get("ingress_enabled", True):
         objects.append(build_ingress(name, ns, service_name, port, opts))
 
@@ -656,11 +676,42 @@ def build_manifests(choice: GroupChoice, opts: Dict[str, Any]) -> List[Dict[str,
     return objects
 
 
+def _flag(value: Any) -> bool:
+    """An on/off option as Ansible may hand it over (a bool, or its text)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return bool(value)
+
+
+def build_network_policy(name: str, ns: str, port: int, opts: Dict[str, Any]) -> Dict[str, Any]:
+    """The group's pods take connections from one another (torch.distributed, on any port) and,
+    on the leader's API port only, from ``networkpolicy_api_from`` (NetworkPolicyPeers; empty:
+    from anywhere, which an Ingress controller, a load balancer's target IPs and the chat page
+    need). Nothing else reaches them."""
+    group = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": name}}}
+    api_rule: Dict[str, Any] = {"ports": [{"protocol": "TCP", "port": port}]}
+    peers = list(opts.get("networkpolicy_api_from") or [])
+    if peers:
+        api_rule["from"] = peers
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/name": name}},
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [group]}, api_rule],
+        },
+    }
+
+
 def build_ingress(name: str, ns: str, service_name: str, port: int, opts: Dict[str, Any]) -> Dict[str, Any]:
-    """The Ingress: specific paths (longest first) before the catch-all ``/`` to the leader Service,
-    a raised idle timeout, and the AWS ALB annotations when asked for."""
+    """The Ingress: the given specific paths (longest first), then only the API's own paths
+    (``API_INGRESS_PATHS``) to the leader Service, over TLS (HTTP redirected) unless
+    ``ingress_tls`` is false, a raised idle timeout, and the AWS ALB annotations when asked for."""
     timeout = int(opts.get("ingress_idle_timeout_s", 300))
     flavor = str(opts.get("ingress_flavor", "nginx"))
+    tls = _flag(opts.get("ingress_tls", True))
     annotations: Dict[str, str] = {}
     if flavor == "nginx":
         annotations.update(
@@ -670,16 +721,24 @@ def build_ingress(name: str, ns: str, service_name: str, port: int, opts: Dict[s
                 "nginx.ingress.kubernetes.io/proxy-buffering": "off",
             }
         )
+        if tls:
+            # Without a Secret, ingress-nginx serves its own certificate; plain HTTP is redirected.
+            annotations["nginx.ingress.kubernetes.io/force-ssl-redirect"] = "true"
     elif flavor == "alb":
         annotations.update(
             {
                 "alb.ingress.kubernetes.io/scheme": str(opts.get("alb_scheme", "internal")),
                 "alb.ingress.kubernetes.io/target-type": "ip",
-                "alb.ingress.kubernetes.io/listen-ports": '[{"HTTP":80}]',
+                "alb.ingress.kubernetes.io/listen-ports": (
+                    '[{"HTTP":80},{"HTTPS":443}]' if tls else '[{"HTTP":80}]'
+                ),
                 "alb.ingress.kubernetes.io/healthcheck-path": "/health",
                 "alb.ingress.kubernetes.io/load-balancer-attributes": f"idle_timeout.timeout_seconds={timeout}",
             }
         )
+        if tls:
+            # The certificate: ACM's for the Ingress host (discovered), or a certificate-arn annotation.
+            annotations["alb.ingress.kubernetes.io/ssl-redirect"] = "443"
     elif flavor != "none":
         raise VllmLwsError(f"vllm_lws_ingress_flavor is {flavor!r}: expected nginx, alb or none")
     annotations.update({str(k): str(v) for k, v in (opts.get("ingress_annotations") or {}).items()})
@@ -689,7 +748,7 @@ def build_ingress(name: str, ns: str, service_name: str, port: int, opts: Dict[s
     for p in extra:
         if p.get("path") in (None, "", "/"):
             raise VllmLwsError(
-                f"vllm_lws_ingress_paths: {p!r} must have a specific path (the catch-all / is the API)"
+                f"vllm_lws_ingress_paths: {p!r} must have a specific path (the leader's port is not published whole)"
             )
     for p in sorted(extra, key=lambda p: (-len(str(p["path"])), str(p["path"]))):
         paths.append(
@@ -699,17 +758,23 @@ def build_ingress(name: str, ns: str, service_name: str, port: int, opts: Dict[s
                 "backend": {"service": {"name": str(p["service"]), "port": {"number": int(p["port"])}}},
             }
         )
-    paths.append(
-        {
-            "path": "/",
-            "pathType": "Prefix",
-            "backend": {"service": {"name": service_name, "port": {"number": port}}},
-        }
-    )
+    for path, path_type in API_INGRESS_PATHS:
+        paths.append(
+            {
+                "path": path,
+                "pathType": path_type,
+                "backend": {"service": {"name": service_name, "port": {"number": port}}},
+            }
+        )
     rule: Dict[str, Any] = {"http": {"paths": paths}}
     if opts.get("ingress_host"):
         rule["host"] = str(opts["ingress_host"])
     spec: Dict[str, Any] = {"rules": [rule]}
+    if tls and opts.get("ingress_tls_secret"):
+        entry: Dict[str, Any] = {"secretName": str(opts["ingress_tls_secret"])}
+        if opts.get("ingress_host"):
+            entry["hosts"] = [str(opts["ingress_host"])]
+        spec["tls"] = [entry]
     cls = opts.get("ingress_class") or ("alb" if flavor == "alb" else "")
     if cls:
         spec["ingressClassName"] = str(cls)
@@ -724,6 +789,7 @@ KIND_ORDER = {
     "Secret": 10,
     "LeaderWorkerSet": 20,
     "Service": 30,
+    "NetworkPolicy": 35,
     "Ingress": 40,
     "PodMonitor": 50,
 }
@@ -779,6 +845,10 @@ MANIFEST_DEFAULTS: Dict[str, Any] = {
     "ingress_idle_timeout_s": 300,
     "ingress_annotations": {},
     "ingress_paths": [],
+    "ingress_tls": True,
+    "ingress_tls_secret": "",
+    "networkpolicy": True,
+    "networkpolicy_api_from": [],
     "alb_scheme": "internal",
     "podmonitor": False,
 }

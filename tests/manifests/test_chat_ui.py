@@ -170,6 +170,9 @@ def test_ingress_routes_the_prefix_to_the_service(full: dict[str, dict]) -> None
     annotations = ingress["metadata"]["annotations"]
     assert annotations["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
     assert annotations["example.test/owner"] == "llmfleet"
+    # TLS by default (issue #31 item 8): plain HTTP redirected.
+    assert annotations["nginx.ingress.kubernetes.io/force-ssl-redirect"] == "true"
+    assert annotations["nginx.ingress.kubernetes.io/limit-connections"] == "16"
     deployment = _kind(full, "Deployment")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
@@ -212,6 +215,11 @@ def test_the_app_reads_the_deployment_settings(full: dict[str, dict], tmp_path: 
     assert config.port == container["ports"][0]["containerPort"]
     assert config.listen == "0.0.0.0"
     assert config.title == 'Team "LLM" chat'
+    # Behind the Ingress controller (issue #31): the controller caps connections per client, the
+    # page counts wrong passwords against the client the controller names.
+    assert config.max_per_client == 4096
+    load_chat_app().parse_networks(config.trusted_proxies)
+    assert "10.0.0.0/8" in config.trusted_proxies.split(",")
 
 
 def test_an_existing_api_key_secret_is_mounted(external_key: dict[str, dict], tmp_path: Path) -> None:

@@ -478,7 +478,7 @@ CUSTOM_KINDS = {"LeaderWorkerSet", "PodMonitor"}
 def test_other_objects_pass_kubernetes_validate_strict(rendered: Rendered, version: str) -> None:
     files = [p for p, o in rendered.objects.items() if o["kind"] not in CUSTOM_KINDS]
     kinds = {rendered.objects[p]["kind"] for p in files}
-    assert {"Namespace", "Service", "Ingress", "Secret"} <= kinds
+    assert {"Namespace", "Service", "Ingress", "Secret", "NetworkPolicy"} <= kinds
     assert_valid(files, version)
 
 
@@ -544,7 +544,11 @@ def test_graviton_pair_reproduces_the_seed(graviton: Rendered) -> None:
     assert ours_c["args"][0] == seed_c["args"][0] == "google/gemma-3-1b-it"
     assert set(seed_c["args"]) <= set(ours_c["args"]), set(seed_c["args"]) - set(ours_c["args"])
     assert ours_c["resources"] == seed_c["resources"]
-    assert ours_c["securityContext"] == seed_c["securityContext"]
+    # The seed's SYS_NICE is kept; every other capability dropped (issue #31 item 2).
+    assert (
+        seed_c["securityContext"]["capabilities"]["add"] == ours_c["securityContext"]["capabilities"]["add"]
+    )
+    assert ours_c["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert ours_c["volumeMounts"] == seed_c["volumeMounts"]
     assert (
         templates(graviton.lws)["leader"]["spec"]["volumes"] == seed_lwt["leaderTemplate"]["spec"]["volumes"]
@@ -572,7 +576,8 @@ def test_graviton_pair_reproduces_the_seed(graviton: Rendered) -> None:
     assert "--headless" in worker["args"] and not flag_values(worker["args"], "--port")
     assert "VLLM_API_KEY" not in env_of(worker)
 
-    # The leader-only Service and the Ingress, specific path before the catch-all, 300 s idle timeout.
+    # The leader-only Service and the Ingress, specific path before the API's own paths (no catch-all
+    # since issue #31: vLLM's key guards /v1 only), 300 s idle timeout.
     svc = graviton.one("Service")
     assert svc["spec"]["selector"] == {
         k: v
@@ -582,12 +587,12 @@ def test_graviton_pair_reproduces_the_seed(graviton: Rendered) -> None:
     assert svc["spec"]["selector"].get("llmfleet.io/vllm-role") == "leader"
     seed_ing = _seed_yaml("apiVersion: networking.k8s.io/v1", "\nThe chat Service")
     ing = graviton.one("Ingress")
-    assert [p["path"] for p in ing["spec"]["rules"][0]["http"]["paths"]] == ["/chat", "/"]
+    assert [p["path"] for p in ing["spec"]["rules"][0]["http"]["paths"]] == ["/chat", "/v1", "/health"]
     assert ing["spec"]["ingressClassName"] == seed_ing["spec"]["ingressClassName"]
     for key, value in seed_ing["metadata"]["annotations"].items():
         assert ing["metadata"]["annotations"][key] == value, key
-    catch_all = ing["spec"]["rules"][0]["http"]["paths"][-1]["backend"]["service"]
-    assert catch_all["name"] == svc["metadata"]["name"] and catch_all["port"]["number"] == 8000
+    api = ing["spec"]["rules"][0]["http"]["paths"][-1]["backend"]["service"]
+    assert api["name"] == svc["metadata"]["name"] and api["port"]["number"] == 8000
 
 
 # --------------------------------------------------------------------------------------------------

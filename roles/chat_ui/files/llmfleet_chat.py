@@ -24,13 +24,19 @@ Every option also reads an environment variable LLMFLEET_CHAT_<OPTION> (for
 example LLMFLEET_CHAT_UPSTREAM), which a Kubernetes Deployment can set.
 
 Bounded by design (the page faces the network without a password on /healthz and the API):
-a fixed pool of --max-connections worker threads answers requests; a connection that has
-sent nothing waits in one selector thread ("the waiting room", no thread of its own) and is
-closed --idle-timeout seconds after it was accepted; the request's headers must be complete
---header-timeout seconds after the accept (a deadline, not a per-read timeout); one request
-per connection (Connection: close); API bodies are streamed upstream, never held whole; every
-handler error is answered; obs-folded headers and non-ASCII request targets are refused
-(400); the API relay is closed (403) when no upstream key is configured.
+a fixed pool of --max-connections worker threads answers requests; a new connection waits in
+one selector thread ("the waiting room", no thread of its own), which runs the TLS handshake
+and reads the request line and headers without blocking: it is closed --idle-timeout seconds
+after the accept if it sent nothing, --header-timeout seconds after it if its head is not
+complete, and reaches a worker only with its whole head, so a slow client never holds a worker
+before its credentials are checked; one client (an address, an IPv6 /64) holds at most
+--max-per-client connections, more are closed at once; wrong credentials (the page's password
+or the API key) are limited per client to a burst of 10, then one per 6 s, past which the
+client gets 429 without its guess being checked; the password has at least 16 characters;
+the API relay checks the caller's key itself before it reads a body or opens an upstream
+socket; one request per connection (Connection: close); API bodies are streamed upstream,
+never held whole; every handler error is answered; obs-folded headers and non-ASCII request
+targets are refused (400); the API relay is closed (403) when no upstream key is configured.
 """
 
 from __future__ import annotations
@@ -44,8 +50,10 @@ import hmac
 import http.client
 import http.server
 import io
+import ipaddress
 import json
 import logging
+import math
 import os
 import queue
 import selectors
@@ -75,6 +83,18 @@ WRITE_TIMEOUT = 60.0
 MAX_WAITING = 2048
 # The open-file limit the app raises its soft limit to (the systemd unit sets LimitNOFILE too).
 NOFILE_WANTED = 4096
+# The page's password: at least this many characters (the role makes 24 with the password lookup).
+MIN_PASSWORD_CHARS = 16
+# Wrong credentials per client (an IPv4 address, an IPv6 /64): a burst of AUTH_BURST, then one
+# more every AUTH_REFILL_S seconds; past that the client gets 429 and its guesses are not checked.
+AUTH_BURST = 10
+AUTH_REFILL_S = 6.0
+# Clients whose wrong guesses are remembered at once (the one idle longest is forgotten first).
+MAX_TRACKED_CLIENTS = 4096
+# Connections one client may hold open at once (waiting and answered); more are closed at once.
+MAX_PER_CLIENT = 16
+# A request's line and headers, read in the waiting room before a worker is spent on them.
+MAX_HEAD_BYTES = 64 << 10
 # The upstream's own API, relayed by --api-passthrough (outside the page's prefix).
 API_PREFIXES = ("/v1/",)
 API_PATHS = ("/health", "/metrics")
@@ -109,6 +129,8 @@ class Config:
     max_connections: int = MAX_CONNECTIONS
     idle_timeout: float = IDLE_TIMEOUT
     header_timeout: float = HEADER_TIMEOUT
+    max_per_client: int = MAX_PER_CLIENT
+    trusted_proxies: str = ""
 
 
 @dataclass(frozen=True)
@@ -176,6 +198,105 @@ def check_basic_auth(header: Optional[str], username: str, password: str) -> boo
     user_ok = hmac.compare_digest(user, username.encode("utf-8"))
     password_ok = hmac.compare_digest(given, password.encode("utf-8"))
     return user_ok and password_ok
+
+
+def check_bearer(header: Optional[str], key: str) -> bool:
+    """True when an Authorization header carries ``Bearer <key>`` (compared in constant time)."""
+    if not header or not key:
+        return False
+    scheme, _unused, value = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(value.strip().encode("utf-8", "replace"), key.encode("utf-8"))
+
+
+def parse_networks(text: str) -> tuple:
+    """``10.0.0.0/8, fc00::/7`` -> the networks; raises ConfigError naming a bad one."""
+    networks = []
+    for item in (text or "").split(","):
+        if item.strip():
+            try:
+                networks.append(ipaddress.ip_network(item.strip(), strict=False))
+            except ValueError as exc:
+                raise ConfigError(
+                    f"trusted proxies: {item.strip()!r} is not an address or a network: {exc}"
+                ) from None
+    return tuple(networks)
+
+
+def forwarded_client(peer: str, forwarded_for: Optional[str], proxies: tuple) -> str:
+    """The address a request counts against: the peer's, or, when the peer is one of the trusted
+    ``proxies`` (an Ingress controller), the last X-Forwarded-For entry, the one it appended."""
+    if not proxies or not forwarded_for:
+        return peer
+    try:
+        if not any(ipaddress.ip_address(peer.split("%", 1)[0]) in net for net in proxies):
+            return peer
+        last = forwarded_for.rsplit(",", 1)[-1].strip()
+        ipaddress.ip_address(last)
+    except ValueError:
+        return peer
+    return last
+
+
+def client_key(address: str) -> str:
+    """Who a connection counts against: its IPv4 address, or its IPv6 /64 (one host holds a /64)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    if ip.version == 6:
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+class GuessLimiter:
+    """Wrong credentials per client: a token bucket of ``burst`` guesses, refilled one per ``refill_s``.
+
+    ``take`` spends a guess before the credentials are checked (so parallel guesses are counted
+    too) and says how long to wait when none is left; ``refund`` gives it back when they were
+    right, so a user who knows the password is never slowed down.
+    """
+
+    def __init__(
+        self, burst: int = AUTH_BURST, refill_s: float = AUTH_REFILL_S, tracked: int = MAX_TRACKED_CLIENTS
+    ):
+        self.burst = burst
+        self.refill_s = refill_s
+        self.tracked = tracked
+        self.refused = 0
+        self._lock = threading.Lock()
+        self._buckets: collections.OrderedDict[str, tuple[float, float]] = collections.OrderedDict()
+
+    def _tokens(self, key: str, now: float) -> float:
+        tokens, at = self._buckets.get(key, (float(self.burst), now))
+        return min(float(self.burst), tokens + (now - at) / self.refill_s)
+
+    def take(self, key: str) -> float:
+        """0 when a guess may be checked (and spends it), else the seconds until the next one."""
+        now = time.monotonic()
+        with self._lock:
+            tokens = self._tokens(key, now)
+            if tokens < 1:
+                self.refused += 1
+                return max(0.001, (1 - tokens) * self.refill_s)
+            self._buckets[key] = (tokens - 1, now)
+            self._buckets.move_to_end(key)
+            while len(self._buckets) > self.tracked:
+                self._buckets.popitem(last=False)
+            return 0.0
+
+    def refund(self, key: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if key in self._buckets:
+                tokens = self._tokens(key, now) + 1
+                if tokens >= self.burst:
+                    del self._buckets[key]
+                else:
+                    self._buckets[key] = (tokens, now)
 
 
 def validate_chat_request(body: Any, max_tokens_limit: int) -> tuple[list[dict[str, str]], dict[str, Any]]:
@@ -322,15 +443,21 @@ class _DeadlineReader(io.RawIOBase):
     once the deadline has passed. ``deadline = None``: the socket's own timeout applies.
     """
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, head: bytes = b""):
         super().__init__()
         self._sock = sock
+        self._head = memoryview(head)  # what the waiting room has already read, given out first
         self.deadline: Optional[float] = None
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
+        if self._head.nbytes:
+            size = min(len(buffer), self._head.nbytes)
+            buffer[:size] = self._head[:size]
+            self._head = self._head[size:]
+            return size
         if self.deadline is not None:
             left = self.deadline - time.monotonic()
             if left <= 0:
@@ -381,12 +508,32 @@ def _raise_nofile(wanted: int = NOFILE_WANTED) -> int:
     return wanted if soft == resource.RLIM_INFINITY else soft
 
 
+class _Waiting:
+    """A connection in the waiting room: its socket (TLS-wrapped at once), what it has sent so far."""
+
+    __slots__ = ("accepted", "address", "events", "handshaking", "head", "key", "sock", "started")
+
+    def __init__(self, sock: socket.socket, address: Any, accepted: float, key: str, handshaking: bool):
+        self.sock = sock
+        self.address = address
+        self.accepted = accepted
+        self.key = key
+        self.handshaking = handshaking
+        self.head = b""
+        self.started = False  # some bytes (a TLS hello, a request line) have arrived
+        self.events = selectors.EVENT_READ
+
+
 class ChatServer(http.server.HTTPServer):
     """The page's server: one accept loop, one waiting room, a fixed pool of workers.
 
-    ``serve_forever`` accepts; ``process_request`` hands the new connection to the waiting
-    room (a selector thread), which passes it to the workers once it has bytes to read and
-    closes it when it stays silent past ``idle_timeout``; ``max_connections`` workers answer.
+    ``serve_forever`` accepts; ``process_request`` closes the connection at once when its client
+    already holds ``max_per_client`` of them, else hands it to the waiting room (a selector
+    thread, no thread per connection), which runs the TLS handshake and reads the request line
+    and headers without blocking, and passes the connection to the workers only once its whole
+    head is there. A connection silent past ``idle_timeout``, or whose head is not complete
+    ``header_timeout`` after the accept, is closed there: a slow client never holds a worker
+    before its credentials have been checked. ``max_connections`` workers answer.
     """
 
     allow_reuse_address = True
@@ -402,6 +549,10 @@ class ChatServer(http.server.HTTPServer):
         self.tls_context = None
         if not config.password:
             raise ConfigError("password: empty; the chat page needs a password")
+        if len(config.password) < MIN_PASSWORD_CHARS:
+            raise ConfigError(
+                f"password: {len(config.password)} characters; the chat page needs at least {MIN_PASSWORD_CHARS}"
+            )
         if bool(config.tls_cert) != bool(config.tls_key):
             raise ConfigError("tls: give both a certificate and a key file, or neither")
         if config.tls_cert:
@@ -416,6 +567,8 @@ class ChatServer(http.server.HTTPServer):
             self.tls_context = context
         if not 1 <= config.max_connections <= 4096:
             raise ConfigError(f"max connections: {config.max_connections} is not from 1 to 4096")
+        if not 1 <= config.max_per_client <= 4096:
+            raise ConfigError(f"max per client: {config.max_per_client} is not from 1 to 4096")
         for name in ("idle_timeout", "header_timeout"):
             value = getattr(config, name)
             if not 0 < value <= 3600:
@@ -426,15 +579,20 @@ class ChatServer(http.server.HTTPServer):
         nofile = _raise_nofile()
         # Keep files for the workers (a client and an upstream socket each) and the process.
         self.max_waiting = max(16, min(MAX_WAITING, nofile - 2 * config.max_connections - 64))
+        self.guesses = GuessLimiter()
+        self.trusted_proxies = parse_networks(config.trusted_proxies)
         self._local = threading.local()
-        self._inbox: list[tuple[socket.socket, Any, float]] = []
+        self._inbox: list[tuple[socket.socket, Any, float, str]] = []
         self._inbox_lock = threading.Lock()
+        self._clients: dict[str, int] = {}
+        self._clients_lock = threading.Lock()
         self._ready: queue.Queue = queue.Queue()
         self._closing = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self.dropped_idle = 0
+        self.refused_per_client = 0
         self._threads = [threading.Thread(target=self._waiting_room, name="chat-waiting", daemon=True)]
         self._threads += [
             threading.Thread(target=self._worker, name=f"chat-worker-{i}", daemon=True)
@@ -446,10 +604,33 @@ class ChatServer(http.server.HTTPServer):
     # Connections -----------------------------------------------------------
 
     def process_request(self, request, client_address):
-        """Called by the accept loop: the connection waits for its first bytes without a thread."""
+        """Called by the accept loop: over its client's cap the connection is closed at once,
+        else it waits for its head in the waiting room, without a thread."""
+        key = client_key(client_address[0])
+        with self._clients_lock:
+            held = self._clients.get(key, 0)
+            if held < self.config.max_per_client:
+                self._clients[key] = held + 1
+        if held >= self.config.max_per_client:
+            self.refused_per_client += 1
+            self.shutdown_request(request)
+            return
         with self._inbox_lock:
-            self._inbox.append((request, client_address, time.monotonic()))
+            self._inbox.append((request, client_address, time.monotonic(), key))
         self._wake()
+
+    def _release(self, key: str) -> None:
+        with self._clients_lock:
+            held = self._clients.get(key, 0) - 1
+            if held > 0:
+                self._clients[key] = held
+            else:
+                self._clients.pop(key, None)
+
+    def connections_of(self, address: str) -> int:
+        """Connections this client holds open now (waiting or answered)."""
+        with self._clients_lock:
+            return self._clients.get(client_key(address), 0)
 
     def _wake(self) -> None:
         # A full pipe will be read anyway; a closed one means we are stopping.
@@ -460,23 +641,62 @@ class ChatServer(http.server.HTTPServer):
         """When the connection this worker thread handles was accepted (time.monotonic())."""
         return getattr(self._local, "accepted", time.monotonic())
 
+    def head_read(self) -> bytes:
+        """What the waiting room read of this worker thread's connection (its line and headers)."""
+        return getattr(self._local, "head", b"")
+
     def _waiting_room(self) -> None:
         selector = selectors.DefaultSelector()
         selector.register(self._wake_r, selectors.EVENT_READ, None)
-        waiting: collections.OrderedDict[socket.socket, tuple[Any, float]] = collections.OrderedDict()
+        waiting: dict[_Waiting, None] = {}  # in accept order
 
-        def drop(sock: socket.socket) -> None:
-            selector.unregister(sock)
-            del waiting[sock]
-            self.shutdown_request(sock)
+        def drop(item: _Waiting) -> None:
+            with contextlib.suppress(KeyError, ValueError):
+                selector.unregister(item.sock)
+            waiting.pop(item, None)
+            self.shutdown_request(item.sock)
+            self._release(item.key)
 
+        def want(item: _Waiting, events: int) -> None:
+            if item.events != events:
+                item.events = events
+                selector.modify(item.sock, events, item)
+
+        def hand_over(item: _Waiting) -> None:
+            selector.unregister(item.sock)
+            del waiting[item]
+            item.sock.setblocking(True)
+            self._ready.put((item.sock, item.address, item.accepted, item.head, item.key))
+
+        def advance(item: _Waiting) -> None:
+            item.started = True
+            try:
+                if item.handshaking:
+                    item.sock.do_handshake()
+                    item.handshaking = False
+                while True:
+                    data = item.sock.recv(MAX_HEAD_BYTES)
+                    if not data:
+                        drop(item)
+                        return
+                    item.head += data
+                    if b"\r\n\r\n" in item.head or b"\n\n" in item.head or len(item.head) >= MAX_HEAD_BYTES:
+                        hand_over(item)
+                        return
+            except (ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+                want(item, selectors.EVENT_READ)
+            except ssl.SSLWantWriteError:
+                want(item, selectors.EVENT_WRITE)
+            except (ssl.SSLError, OSError) as exc:
+                LOG.info(
+                    "%s: %s failed: %s", item.address[0], "TLS handshake" if item.handshaking else "read", exc
+                )
+                drop(item)
+
+        swept = 0.0
         try:
             while not self._closing.is_set():
-                timeout = 1.0
-                if waiting:
-                    first = next(iter(waiting.values()))[1]
-                    timeout = min(1.0, max(0.01, first + self.config.idle_timeout - time.monotonic()))
-                for key, _unused in selector.select(timeout):
+                for key, _unused in selector.select(0.05 if waiting else 1.0):
                     if key.data is None:
                         try:
                             while self._wake_r.recv(4096):
@@ -484,28 +704,39 @@ class ChatServer(http.server.HTTPServer):
                         except OSError:
                             pass
                         continue
-                    sock = key.fileobj
-                    selector.unregister(sock)
-                    address, accepted = waiting.pop(sock)
-                    self._ready.put((sock, address, accepted))
+                    if key.data in waiting:
+                        advance(key.data)
                 with self._inbox_lock:
                     new, self._inbox = self._inbox, []
-                for sock, address, accepted in new:
-                    waiting[sock] = (address, accepted)
-                    selector.register(sock, selectors.EVENT_READ, address)
-                    while len(waiting) > self.max_waiting:  # the oldest silent one makes room
+                for sock, address, accepted, client in new:
+                    try:
+                        sock.setblocking(False)
+                        if self.tls_context is not None:
+                            sock = self.tls_context.wrap_socket(
+                                sock, server_side=True, do_handshake_on_connect=False
+                            )
+                    except (OSError, ssl.SSLError) as exc:
+                        LOG.info("%s: %s", address[0], exc)
+                        self.shutdown_request(sock)
+                        self._release(client)
+                        continue
+                    item = _Waiting(sock, address, accepted, client, self.tls_context is not None)
+                    waiting[item] = None
+                    selector.register(sock, selectors.EVENT_READ, item)
+                    while len(waiting) > self.max_waiting:  # the oldest one makes room
                         self.dropped_idle += 1
                         drop(next(iter(waiting)))
                 now = time.monotonic()
-                while waiting:
-                    sock, (address, accepted) = next(iter(waiting.items()))
-                    if accepted + self.config.idle_timeout > now:
-                        break
-                    self.dropped_idle += 1
-                    drop(sock)
+                if now - swept >= 0.05:
+                    swept = now
+                    for item in list(waiting):
+                        limit = self.config.header_timeout if item.started else self.config.idle_timeout
+                        if item.accepted + limit <= now:
+                            self.dropped_idle += 1
+                            drop(item)
         finally:
-            for sock in list(waiting):
-                drop(sock)
+            for item in list(waiting):
+                drop(item)
             selector.close()
 
     def _worker(self) -> None:
@@ -513,14 +744,16 @@ class ChatServer(http.server.HTTPServer):
             item = self._ready.get()
             if item is None:
                 return
-            sock, address, accepted = item
+            sock, address, accepted, head, client = item
             self._local.accepted = accepted
+            self._local.head = head
             try:
                 self.finish_request(sock, address)
             except Exception:  # one broken connection must not end the worker
                 self.handle_error(sock, address)
             finally:
                 self.shutdown_request(sock)
+                self._release(client)
 
     def handle_error(self, request, client_address) -> None:
         LOG.exception("%s: the connection failed", client_address[0] if client_address else "?")
@@ -535,22 +768,6 @@ class ChatServer(http.server.HTTPServer):
             thread.join(timeout=5)
         self._wake_r.close()
         self._wake_w.close()
-
-    def finish_request(self, request, client_address):
-        # The TLS handshake runs here, in the request's own thread, so a slow
-        # client cannot hold up accept() for everyone else.
-        if self.tls_context is None:
-            return super().finish_request(request, client_address)
-        request.settimeout(max(0.01, self.accepted_at() + self.config.header_timeout - time.monotonic()))
-        try:
-            tls = self.tls_context.wrap_socket(request, server_side=True)
-        except (OSError, ssl.SSLError) as exc:
-            LOG.info("%s: TLS handshake failed: %s", client_address[0], exc)
-            return None
-        try:
-            return super().finish_request(tls, client_address)
-        finally:
-            tls.close()
 
     # The upstream ---------------------------------------------------------
 
@@ -604,7 +821,7 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self._reader = _DeadlineReader(self.connection)
+        self._reader = _DeadlineReader(self.connection, self.server.head_read())
         self.rfile = io.BufferedReader(self._reader)
         # The request line and every header by this time after the accept, however they drip.
         self._reader.deadline = self.server.accepted_at() + self.server.config.header_timeout
@@ -689,6 +906,8 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
         when it went away), never a silently dropped connection."""
         try:
             self._route()
+        except _Answered:
+            self.close_connection = True
         except (ConnectionError, socket.timeout, ssl.SSLError) as exc:
             LOG.info("%s: the client went away or was too slow: %s", self.address_string(), exc)
             self.close_connection = True
@@ -711,11 +930,11 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
                 return self._error(405, "method not allowed", {"Allow": "GET, HEAD"})
             return self._send(200, b"ok\n", "text/plain; charset=utf-8")
         if self.server.config.api_passthrough and is_api_path(path):
-            # The upstream's API key is the credential here, checked by the upstream itself.
-            return self._passthrough()
-        if not check_basic_auth(
-            self.headers.get("Authorization"), self.server.config.username, self.server.config.password
-        ):
+            # The upstream's API key is the credential here: checked here first (no body read, no
+            # upstream socket for a caller without it), then by the upstream itself.
+            return self._passthrough(path)
+        config = self.server.config
+        if not self._authorised(lambda header: check_basic_auth(header, config.username, config.password)):
             return self._send(
                 401,
                 b"authentication required\n",
@@ -741,6 +960,29 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
                 return self._error(405, "method not allowed", {"Allow": "POST"})
             return self._chat()
         return self._error(404, "not found")
+
+    def _authorised(self, check) -> bool:
+        """Whether the request's Authorization passes ``check``; a client past its guesses gets
+        429 (answered here, its guess not even checked) and False."""
+        header = self.headers.get("Authorization")
+        if not header:
+            return False  # no guess: the browser's first request, before the password prompt
+        key = client_key(
+            forwarded_client(
+                self.client_address[0], self.headers.get("X-Forwarded-For"), self.server.trusted_proxies
+            )
+        )
+        wait = self.server.guesses.take(key)
+        if wait:
+            LOG.warning("%s: too many wrong credentials; refused for %.0f s", self.address_string(), wait)
+            self._error(
+                429, "too many wrong credentials; try again later", {"Retry-After": str(math.ceil(wait))}
+            )
+            raise _Answered()
+        if not check(header):
+            return False
+        self.server.guesses.refund(key)
+        return True
 
     # The chat relay -------------------------------------------------------
 
@@ -794,7 +1036,7 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
         finally:
             conn.close()
 
-    def _passthrough(self) -> None:
+    def _passthrough(self, path: str) -> None:
         """Relay one call of the upstream's own API, as it is, with the client's credentials."""
         server = self.server
         if not server.config.api_key:
@@ -810,6 +1052,16 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
             return self._error(400, "bad Content-Length")
         if not 0 <= length <= MAX_API_BODY_BYTES:
             return self._error(413, f"the request body must be at most {MAX_API_BODY_BYTES} bytes")
+        open_health = path == "/health" and self.command in ("GET", "HEAD") and not length
+        if not open_health and not self._authorised(
+            lambda header: check_bearer(header, server.config.api_key)
+        ):
+            # The upstream's own answer (llama-server and vLLM say the same), before any body is read.
+            return self._send_json(
+                401,
+                {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}},
+                {"WWW-Authenticate": "Bearer"},
+            )
         body = _BodyStream(self.rfile, length) if length else None
         headers = {"User-Agent": "llmfleet-chat/" + VERSION}
         for name in API_REQUEST_HEADERS:
@@ -905,6 +1157,10 @@ class ChatHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         LOG.info("relayed %d events in %.1f s", events, time.monotonic() - started)
+
+
+class _Answered(Exception):
+    """The request has had its answer (a 429); nothing more to do."""
 
 
 class _HTTPError(Exception):
@@ -1257,6 +1513,18 @@ def parse_args(argv: Optional[list[str]] = None, environ: Optional[dict[str, str
         help="seconds from the accept to the end of the request's headers (default %(default)s)",
     )
     parser.add_argument(
+        "--max-per-client",
+        type=int,
+        default=int(default("max-per-client", str(MAX_PER_CLIENT))),
+        help="connections one client (address, IPv6 /64) may hold open at once (default %(default)s)",
+    )
+    parser.add_argument(
+        "--trusted-proxies",
+        default=default("trusted-proxies", ""),
+        help="comma-separated networks of proxies (an Ingress controller) whose last X-Forwarded-For "
+        "entry is the client whose wrong passwords are counted (default: none, the peer counts)",
+    )
+    parser.add_argument(
         "--api-passthrough",
         action="store_true",
         default=default("api-passthrough", "").lower() in ("1", "true", "yes"),
@@ -1284,6 +1552,8 @@ def parse_args(argv: Optional[list[str]] = None, environ: Optional[dict[str, str
         max_connections=args.max_connections,
         idle_timeout=args.idle_timeout,
         header_timeout=args.header_timeout,
+        max_per_client=args.max_per_client,
+        trusted_proxies=args.trusted_proxies,
     )
 
 

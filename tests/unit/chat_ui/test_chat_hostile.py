@@ -265,7 +265,7 @@ def test_event_redactor_holds_only_a_possible_key_start() -> None:
 
 def test_idle_sockets_take_no_thread_and_users_are_answered(upstream: FakeUpstream) -> None:
     before = threading.active_count()
-    with App(upstream.url, max_connections=4, idle_timeout=30.0) as app:
+    with App(upstream.url, max_connections=4, idle_timeout=30.0, max_per_client=4096) as app:
         idle = [socket.create_connection(("127.0.0.1", app.port), timeout=5) for _unused in range(200)]
         try:
             time.sleep(0.3)
@@ -323,7 +323,7 @@ def test_headers_dripped_byte_by_byte_meet_a_deadline(upstream: FakeUpstream) ->
 
 
 def test_more_silent_sockets_than_the_room_holds_drop_the_oldest(upstream: FakeUpstream) -> None:
-    with App(upstream.url, idle_timeout=30.0) as app:
+    with App(upstream.url, idle_timeout=30.0, max_per_client=4096) as app:
         app.server.max_waiting = 20
         idle = [socket.create_connection(("127.0.0.1", app.port), timeout=5) for _unused in range(40)]
         try:
@@ -364,7 +364,9 @@ def test_a_relayed_body_is_streamed_not_held_whole() -> None:
             socket.create_connection(("127.0.0.1", app.port), timeout=10) as sock,
         ):
             sock.sendall(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                + API_KEY.encode()
+                + b"\r\n"
                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % total
             )
             sock.sendall(b"x" * 200_000)
@@ -400,4 +402,4 @@ def test_connection_limits_are_options(tmp_path: Path) -> None:
     )
     assert (config.max_connections, config.idle_timeout, config.header_timeout) == (8, 3.0, 4.0)
     with pytest.raises(chat.ConfigError, match="max connections: 0"):
-        chat.ChatServer(chat.Config(password="pw", port=0, max_connections=0))
+        chat.ChatServer(chat.Config(password=PASSWORD, port=0, max_connections=0))

@@ -88,7 +88,7 @@ def tls_api(tmp_path):
         FakeUpstream(tokens=["one", " two", " three"], delay=0.1, api_key="k3y") as up,
         serve_chat_app(
             upstream=up.url,
-            password="page-password",
+            password="page-password-of-24-chars",
             api_key="k3y",  # the page's upstream key: without one its API relay is closed (403)
             tls_cert=str(cert),
             tls_key=str(key),

@@ -280,7 +280,7 @@ def test_secrets_only_when_given_and_only_in_secrets():
             assert "k-123" not in repr(o) and "hf-456" not in repr(o)
 
 
-def test_ingress_orders_specific_paths_before_the_catch_all():
+def test_ingress_orders_specific_paths_before_the_api_paths():
     objs = V.render(
         plan(),
         PAIR,
@@ -293,7 +293,12 @@ def test_ingress_orders_specific_paths_before_the_catch_all():
         },
     )
     (ing,) = [o["object"] for o in objs if o["object"]["kind"] == "Ingress"]
-    assert [p["path"] for p in ing["spec"]["rules"][0]["http"]["paths"]] == ["/chat/api", "/chat", "/"]
+    assert [p["path"] for p in ing["spec"]["rules"][0]["http"]["paths"]] == [
+        "/chat/api",
+        "/chat",
+        "/v1",
+        "/health",
+    ]
     assert ing["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "300"
     with pytest.raises(V.VllmLwsError, match="specific path"):
         V.render(plan(), PAIR, {**OPTS, "ingress_paths": [{"path": "/", "service": "x", "port": 1}]})
@@ -351,3 +356,90 @@ def test_a_float32_checkpoint_served_as_bfloat16_takes_half_its_stored_bytes():
     del p["vllm"]["weights_dtype_bytes"]
     choice = V.preflight(p, PAIR, overhead_mib=0, dtype="bfloat16")
     assert [s.need_mib for s in choice.stages] == [2000 + 1024, 400 + 1024]
+
+
+# Issue #31 item 2: the lws target publishes the API only, over TLS, behind a NetworkPolicy ----------
+
+
+def _objects(**options):
+    return {o["object"]["kind"]: o["object"] for o in V.render(plan(), PAIR, {**OPTS, **options})}
+
+
+def _leader_paths(ing):
+    return {
+        p["path"]: p["pathType"]
+        for p in ing["spec"]["rules"][0]["http"]["paths"]
+        if p["backend"]["service"]["name"] == "vllm-leader"
+    }
+
+
+def test_the_ingress_routes_only_the_api_to_the_leader():
+    """vLLM's key guards /v1 only: /invocations, /tokenize, /pause, /metrics must not be routed."""
+    ing = _objects()["Ingress"]
+    assert _leader_paths(ing) == {"/v1": "Prefix", "/health": "Exact"}
+
+    def routed(url):  # Prefix matches whole path elements, Exact the whole path (Ingress rules)
+        for p in ing["spec"]["rules"][0]["http"]["paths"]:
+            if p["pathType"] == "Exact" and url == p["path"]:
+                return True
+            if p["pathType"] == "Prefix" and (
+                p["path"] == "/" or url == p["path"] or url.startswith(p["path"] + "/")
+            ):
+                return True
+        return False
+
+    for url in (
+        "/invocations",
+        "/tokenize",
+        "/detokenize",
+        "/pause",
+        "/resume",
+        "/metrics",
+        "/ping",
+        "/",
+        "/v1x",
+    ):
+        assert not routed(url), url
+    for url in ("/v1/chat/completions", "/v1/models", "/health"):
+        assert routed(url), url
+
+
+def test_the_ingress_is_tls_by_default_plain_http_when_asked():
+    nginx = _objects()["Ingress"]
+    assert nginx["metadata"]["annotations"]["nginx.ingress.kubernetes.io/force-ssl-redirect"] == "true"
+    assert "tls" not in nginx["spec"]  # the controller's own certificate
+    with_secret = _objects(ingress_tls_secret="api-tls", ingress_host="api.example")["Ingress"]
+    assert with_secret["spec"]["tls"] == [{"secretName": "api-tls", "hosts": ["api.example"]}]
+    alb = _objects(ingress_flavor="alb")["Ingress"]["metadata"]["annotations"]
+    assert alb["alb.ingress.kubernetes.io/listen-ports"] == '[{"HTTP":80},{"HTTPS":443}]'
+    assert alb["alb.ingress.kubernetes.io/ssl-redirect"] == "443"
+    for off in (False, "false", "False"):
+        plain = _objects(ingress_tls=off, ingress_tls_secret="api-tls")["Ingress"]
+        assert "nginx.ingress.kubernetes.io/force-ssl-redirect" not in plain["metadata"]["annotations"]
+        assert "tls" not in plain["spec"]
+
+
+def test_the_pods_carry_no_token_and_no_capability_but_sys_nice():
+    lws = _objects()["LeaderWorkerSet"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        spec = lws["spec"]["leaderWorkerTemplate"][role]["spec"]
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        (container,) = spec["containers"]
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": ["SYS_NICE"]},
+        }
+
+
+def test_a_network_policy_opens_only_the_api_port_outside_the_group():
+    policy = _objects()["NetworkPolicy"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "vllm"}}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    group, api = policy["spec"]["ingress"]
+    assert group == {"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "vllm"}}}]}
+    assert api == {"ports": [{"protocol": "TCP", "port": 8000}]}
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
+    limited = _objects(networkpolicy_api_from=[peer])["NetworkPolicy"]
+    assert limited["spec"]["ingress"][1] == {"ports": [{"protocol": "TCP", "port": 8000}], "from": [peer]}
+    assert "NetworkPolicy" not in _objects(networkpolicy=False)
