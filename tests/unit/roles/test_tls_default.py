@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.ansible_env import load_collection_plugins
+
 ROLES = Path(__file__).resolve().parents[3] / "roles"
 PASSWORD = {"chat_ui_password": "a-password-of-24-letters"}
 
@@ -33,6 +35,7 @@ def default(role: str, name: str, **inventory: Any) -> str:
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
 
+    load_collection_plugins()  # the defaults read llmfleet.cluster.fleet, a collection lookup
     variables = {
         k: _trusted(v)
         for k, v in yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()).items()
