@@ -589,8 +589,14 @@ def test_graviton_pair_reproduces_the_seed(graviton: Rendered) -> None:
     ing = graviton.one("Ingress")
     assert [p["path"] for p in ing["spec"]["rules"][0]["http"]["paths"]] == ["/chat", "/v1", "/health"]
     assert ing["spec"]["ingressClassName"] == seed_ing["spec"]["ingressClassName"]
+    # The seed's ALB annotations, but TLS (issue #31): HTTPS beside HTTP, which is redirected.
+    listen = "alb.ingress.kubernetes.io/listen-ports"
     for key, value in seed_ing["metadata"]["annotations"].items():
-        assert ing["metadata"]["annotations"][key] == value, key
+        if key != listen:
+            assert ing["metadata"]["annotations"][key] == value, key
+    assert seed_ing["metadata"]["annotations"][listen] == '[{"HTTP":80}]'
+    assert ing["metadata"]["annotations"][listen] == '[{"HTTP":80},{"HTTPS":443}]'
+    assert ing["metadata"]["annotations"]["alb.ingress.kubernetes.io/ssl-redirect"] == "443"
     api = ing["spec"]["rules"][0]["http"]["paths"][-1]["backend"]["service"]
     assert api["name"] == svc["metadata"]["name"] and api["port"]["number"] == 8000
 
