@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python
 """llmfleet firewall: load the nftables table inet llmfleet and keep it loaded.
 
 The main process of ``llmfleet-firewall.service`` (the llama_rpc role's systemd target). rpc-server

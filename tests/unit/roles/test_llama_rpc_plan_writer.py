@@ -49,7 +49,7 @@ def test_only_plan_file_yml_writes_the_heads_plan() -> None:
 
 
 def test_the_deploy_and_serve_plan_reach_the_one_writer() -> None:
-    head = [t for t in _tasks(ROLE / "tasks" / "systemd_head.yml")]
+    head = list(_tasks(ROLE / "tasks" / "systemd_head.yml"))
     assert any((t.get("ansible.builtin.import_tasks") or {}).get("file") == "plan_file.yml" for t in head)
     serve = _tasks(ROLE / "tasks" / "serve_plan.yml")
     names = [t["name"] for t in serve]

@@ -187,7 +187,9 @@ def test_a_request_line_has_a_total_bound_not_a_per_byte_one() -> None:
 
 def test_more_clients_than_slots_are_told_busy_not_queued() -> None:
     port, thread = start(deadline=30.0)
-    held = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(link_probe.MAX_CLIENTS)]
+    held = [
+        socket.create_connection(("127.0.0.1", port), timeout=5) for _slot in range(link_probe.MAX_CLIENTS)
+    ]
     time.sleep(0.3)
     extra = socket.create_connection(("127.0.0.1", port), timeout=5)
     answer = extra.recv(64)

@@ -31,8 +31,6 @@ from hypothesis import strategies as st
 
 from tests.support import llama_split
 
-MIB = MIB
-
 
 def layout(
     n_layer=8, layer_mib=10.0, embd_mib=5.0, out_mib=5.0, tied=False, swa_every=0, n_ff=512, largest_frac=0.3
