@@ -247,22 +247,10 @@ def test_systemd_itself_admits_only_the_head(extra: dict, peer: str) -> None:
         assert directive(unit, "IPAddressAllow") == [peer]
 
 
-def test_the_firewall_unit_keeps_its_table_and_deletes_it_only_after_rpc_server() -> None:
+def test_the_firewall_unit_loads_the_table_before_rpc_server() -> None:
     unit = render("systemd/llmfleet-firewall.service.j2", "w1")
-    # a long-running watcher (ready once it watches), not a oneshot that says "active" after a flush
-    assert directive(unit, "Type") == ["notify"]
-    assert "RemainAfterExit" not in unit
-    (exec_start,) = directive(unit, "ExecStart")
-    assert exec_start.split() == [
-        "/usr/bin/python3",
-        "/opt/llmfleet/supervisor/llmfleet_firewall.py",
-        "/etc/llmfleet/firewall.nft",
-    ]
-    assert not directive(unit, "ExecStop"), "deleted while the watcher runs, the table would come back"
-    assert directive(unit, "ExecStopPost") == ["-/usr/sbin/nft delete table inet llmfleet"]
-    assert directive(unit, "Restart") == ["on-failure"]
+    assert directive(unit, "ExecStart") == ["/usr/sbin/nft -f /etc/llmfleet/firewall.nft"]
     assert "llmfleet-rpc-server.service" in directive(unit, "Before")[0].split()
-    assert directive(unit, "CapabilityBoundingSet") == ["CAP_NET_ADMIN"]
 
 
 def test_a_measuring_rpc_server_stops_by_itself() -> None:
