@@ -42,7 +42,9 @@ def test_the_tooling_of_the_checkout_stays_out(tarball: Path) -> None:
     assert not [n for n in names if n.startswith(LEFT_OUT) or n in LEFT_OUT_FILES or n.startswith(".")]
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert "inventories/homelab-example/hosts.yml" in names
-    assert tarball.stat().st_size < 512 * 1024, tarball.stat().st_size
+    # the collection's own files are ~520 KiB packed (2026-12-04); a build artifact, model or venv
+    # that slipped in would be megabytes
+    assert tarball.stat().st_size < 1024 * 1024, tarball.stat().st_size
 
 
 def test_one_licence(tarball: Path) -> None:
