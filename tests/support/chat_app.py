@@ -43,3 +43,26 @@ def serve_chat_app(**settings: Any) -> Iterator[Any]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+class RunningChatApp:
+    """The app's real server on a free loopback port, served by a thread (a context manager);
+    ``settings`` are Config's, on top of port 0, the /chat prefix and a 20 s upstream timeout."""
+
+    def __init__(self, chat: ModuleType, **settings: Any):
+        self.server = chat.ChatServer(
+            chat.Config(**{"port": 0, "prefix": "/chat", "timeout": 20.0, **settings})
+        )
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> RunningChatApp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

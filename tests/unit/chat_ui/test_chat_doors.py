@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import pytest
 
-from tests.support.chat_app import load_chat_app
+from tests.support.chat_app import RunningChatApp, load_chat_app
 from tests.support.fake_openai import FakeUpstream
 from tests.support.tls import self_signed
 
@@ -39,29 +39,10 @@ def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-class App:
+class App(RunningChatApp):
     def __init__(self, upstream: str, **overrides: Any):
-        settings: dict[str, Any] = {
-            "upstream": upstream,
-            "password": PASSWORD,
-            "username": USER,
-            "api_key": API_KEY,
-            "port": 0,
-            "prefix": "/chat",
-            "timeout": 20.0,
-        }
-        settings.update(overrides)
-        self.server = chat.ChatServer(chat.Config(**settings))
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def __enter__(self) -> App:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        settings = {"upstream": upstream, "password": PASSWORD, "username": USER, "api_key": API_KEY}
+        super().__init__(chat, **{**settings, **overrides})
 
     def connect(self, source: str = "127.0.0.1", timeout: float = 10.0) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.port), timeout=timeout, source_address=(source, 0))

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import pytest
 
-from tests.support.chat_app import load_chat_app
+from tests.support.chat_app import RunningChatApp, load_chat_app
 from tests.support.fake_openai import FakeUpstream
 
 API_KEY = "sk-llmfleet-hostile-0123456789abcdef"
@@ -31,32 +31,10 @@ BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 chat = load_chat_app()
 
 
-class App:
+class App(RunningChatApp):
     def __init__(self, upstream: str, **overrides: Any):
-        settings: dict[str, Any] = {
-            "upstream": upstream,
-            "password": PASSWORD,
-            "username": USER,
-            "api_key": API_KEY,
-            "port": 0,
-            "prefix": "/chat",
-            "timeout": 20.0,
-        }
-        settings.update(overrides)
-        self.server = chat.ChatServer(chat.Config(**settings))
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def __enter__(self) -> App:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        settings = {"upstream": upstream, "password": PASSWORD, "username": USER, "api_key": API_KEY}
+        super().__init__(chat, **{**settings, **overrides})
 
     def raw(self, request: bytes, timeout: float = 10.0) -> bytes:
         """Send these bytes as they are; everything the app answers until it closes."""
