@@ -67,28 +67,8 @@ EXIT_BAD_PLAN = 78
 RPC_CMD_HELLO = 14
 RPC_CONN_CAPS_SIZE = 24
 HELLO_REQUEST = bytes([RPC_CMD_HELLO]) + struct.pack("<Q", RPC_CONN_CAPS_SIZE) + bytes(RPC_CONN_CAPS_SIZE)
-HELLO_ANSWER_SIZE = 4 + RPC_CONN_CAPS_SIZE
-# The protocol of the pinned llama.cpp build (ggml/include/ggml-rpc.h, RPC_PROTO_*_VERSION; a test
-# reads the pinned source). Its llama-server refuses a server whose major differs or whose minor is
-# newer (negotiate_hello in ggml-rpc.cpp), so only such a server counts as a live worker.
-RPC_PROTO_VERSION = (7, 0, 0)
-
-
-# A worker that dies silently (power cut, cable) leaves llama-server's idle connection to it
-# ESTABLISHED: nothing is sent between requests, so the kernel never learns, and the next request
-# hangs until TCP gives up (about 15 minutes). llama.cpp sets no keepalive on these connections; the
-# supervisor (llama-server's parent, the same user) takes a copy of each with pidfd_getfd(2)
-# (Linux >= 5.6) and sets TCP keepalive and TCP_USER_TIMEOUT on it: the kernel then resets a
-# connection whose peer stops answering within about KEEPALIVE_IDLE + KEEPALIVE_INTERVAL *
-# KEEPALIVE_COUNT seconds idle, USER_TIMEOUT_MS under a request, and the connection watch sees it
-# gone. Where the copy is refused (a seccomp profile without pidfd_getfd), a connection whose data
-# has gone unacknowledged for RETRANSMIT_LIMIT retransmissions (about 6 s) counts as gone instead.
-KEEPALIVE_IDLE = 5
-KEEPALIVE_INTERVAL = 2
-KEEPALIVE_COUNT = 3
-USER_TIMEOUT_MS = 10000
-RETRANSMIT_LIMIT = 5
-SYS_PIDFD_GETFD = 438  # the same number on every architecture (a syscall added after 424)
+# 4 + caps (protocol 7) or the 3 version bytes of older protocols.
+HELLO_ANSWER_SIZES = (4 + RPC_CONN_CAPS_SIZE, 3)
 
 
 class SupervisorError(Exception):
@@ -300,31 +280,11 @@ class StaticDiscovery(Discovery):
         return dict(self._endpoints)
 
 
-def owned_by(meta: dict, owners: frozenset) -> bool:
-    """Whether the pod's controller is one of the DaemonSets ``owners`` (apps/v1, by name).
-
-    Labels are anyone's to set (a pod made by hand with the right labels is not an rpc-server of
-    the fleet); the controller reference is set by the DaemonSet controller."""
-    for ref in meta.get("ownerReferences") or []:
-        if (
-            isinstance(ref, dict)
-            and ref.get("controller") is True
-            and ref.get("kind") == "DaemonSet"
-            and ref.get("apiVersion") == "apps/v1"
-            and ref.get("name") in owners
-        ):
-            return True
-    return False
-
-
-def pod_endpoints(
-    pod_list: dict, planned: dict[str, str], owners: Optional[frozenset] = None
-) -> dict[str, str]:
+def pod_endpoints(pod_list: dict, planned: dict[str, str]) -> dict[str, str]:
     """Node name -> ``podIP:port`` of the Ready pods of a PodList on the planned workers' nodes.
 
     The port is the pod's container port named ``rpc`` (else the plan's); a pod being deleted or
-    not Ready is left out, and so is one whose controller is not one of the DaemonSets ``owners``
-    (when given); of two pods on one node (a rolling update) the newest Ready one wins.
+    not Ready is left out; of two pods on one node (a rolling update) the newest Ready one wins.
     """
     found: dict[str, tuple[str, str]] = {}
     for pod in pod_list.get("items") or []:
@@ -334,8 +294,6 @@ def pod_endpoints(
             c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
         )
         if node not in planned or not ip or not ready or meta.get("deletionTimestamp"):
-            continue
-        if owners is not None and not owned_by(meta, owners):
             continue
         ports = [
             p.get("containerPort")
@@ -355,8 +313,7 @@ class KubernetesDiscovery(Discovery):
 
     In a pod: the service account's token, CA and namespace under ``LLMFLEET_K8S_SA_DIR``
     (default the mounted service account), the API at ``KUBERNETES_SERVICE_HOST``/``_PORT``,
-    the pods chosen by the label selector ``LLMFLEET_K8S_SELECTOR`` whose controller is one of the
-    DaemonSets named in ``LLMFLEET_K8S_OWNERS`` (comma-separated). When the API does not answer,
+    the pods chosen by the label selector ``LLMFLEET_K8S_SELECTOR``. When the API does not answer,
     the last answer stands, so that a hiccup of the API server does not look like lost workers.
     """
 
@@ -370,12 +327,9 @@ class KubernetesDiscovery(Discovery):
         self.sa_dir = env.get("LLMFLEET_K8S_SA_DIR") or self.SA_DIR
         host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "443")
         selector = env.get("LLMFLEET_K8S_SELECTOR", "")
-        # The DaemonSets whose pods are the fleet's rpc-servers (comma-separated names).
-        self.owners = frozenset(n.strip() for n in env.get("LLMFLEET_K8S_OWNERS", "").split(",") if n.strip())
-        if not host or not selector or not self.owners:
+        if not host or not selector:
             raise SupervisorError(
-                "--discovery kubernetes needs KUBERNETES_SERVICE_HOST, LLMFLEET_K8S_SELECTOR and "
-                "LLMFLEET_K8S_OWNERS (the rpc-server DaemonSets)"
+                "--discovery kubernetes needs KUBERNETES_SERVICE_HOST and LLMFLEET_K8S_SELECTOR"
             )
         namespace = env.get("LLMFLEET_K8S_NAMESPACE") or self._read("namespace")
         host = f"[{host}]" if ":" in host else host
@@ -403,7 +357,7 @@ class KubernetesDiscovery(Discovery):
                 headers={"Authorization": f"Bearer {self._read('token')}", "Accept": "application/json"},
             )
             with urllib.request.urlopen(request, timeout=5, context=context) as response:
-                self.last = pod_endpoints(json.load(response), self.planned, self.owners)
+                self.last = pod_endpoints(json.load(response), self.planned)
         except (OSError, ValueError, SupervisorError) as exc:
             log(f"kubernetes discovery: {self.url}: {exc}; keeping the last answer {self.last}")
         return dict(self.last)
@@ -429,17 +383,6 @@ def _recv_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
     return data
 
 
-def hello_version_ok(major: int, minor: int, patch: int) -> tuple[bool, str]:
-    """Whether llama-server of the pinned build accepts a server of this protocol version."""
-    want_major, want_minor, _unused = RPC_PROTO_VERSION
-    if major == want_major and minor <= want_minor:
-        return True, f"rpc-server protocol {major}.{minor}.{patch}"
-    return False, (
-        f"rpc-server protocol {major}.{minor}.{patch}: the pinned llama-server speaks "
-        f"{want_major}.{want_minor}.x (it refuses another major or a newer minor)"
-    )
-
-
 def rpc_hello(endpoint: str, timeout: float) -> tuple[bool, str]:
     """Ask the worker for its ggml-rpc HELLO within ``timeout`` seconds in all: (up, what happened)."""
     deadline = time.monotonic() + timeout
@@ -454,13 +397,10 @@ def rpc_hello(endpoint: str, timeout: float) -> tuple[bool, str]:
         sock.settimeout(max(0.001, deadline - time.monotonic()))
         sock.sendall(HELLO_REQUEST)
         size = struct.unpack("<Q", _recv_exact(sock, 8, deadline))[0]
-        if size != HELLO_ANSWER_SIZE:
-            return False, (
-                f"answered HELLO with a {size}-byte message, not the {HELLO_ANSWER_SIZE} bytes of "
-                f"ggml-rpc protocol {RPC_PROTO_VERSION[0]}: not a ggml rpc-server of the pinned build"
-            )
+        if size not in HELLO_ANSWER_SIZES:
+            return False, f"answered HELLO with a {size}-byte message: not a ggml rpc-server"
         answer = _recv_exact(sock, size, deadline)
-        return hello_version_ok(answer[0], answer[1], answer[2])
+        return True, f"rpc-server protocol {answer[0]}.{answer[1]}.{answer[2]}"
     except socket.timeout:
         return False, (
             f"accepts TCP but gave no HELLO answer within {timeout:g} s "
@@ -508,78 +448,6 @@ def established_remotes(paths: Sequence[str] = ("/proc/net/tcp", "/proc/net/tcp6
             continue
         remotes.update(remote for remote, state in parse_proc_net_tcp(text) if state == TCP_ESTABLISHED)
     return remotes
-
-
-def tcp_connections(
-    paths: Sequence[str] = ("/proc/net/tcp", "/proc/net/tcp6"),
-) -> list[tuple[tuple[str, int], int, int]]:
-    """(remote, socket inode, retransmissions of the oldest unacknowledged segment) of every
-    ESTABLISHED connection in /proc/net/tcp{,6}."""
-    rows = []
-    for path in paths:
-        try:
-            with open(path, encoding="ascii") as handle:
-                lines = handle.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 4 or fields[3] != TCP_ESTABLISHED:
-                continue
-            try:
-                inode = int(fields[9]) if len(fields) > 9 else 0
-                retransmits = int(fields[6], 16) if len(fields) > 6 else 0
-                rows.append((_decode_addr(fields[2]), inode, retransmits))
-            except ValueError:
-                continue
-    return rows
-
-
-def socket_fds(pid: int) -> dict[int, int]:
-    """Socket inode -> file descriptor number of the sockets process ``pid`` holds."""
-    found = {}
-    base = f"/proc/{pid}/fd"
-    try:
-        fds = os.listdir(base)
-    except OSError:
-        return found
-    for fd in fds:
-        try:
-            target = os.readlink(f"{base}/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:[") and target.endswith("]"):
-            found[int(target[8:-1])] = int(fd)
-    return found
-
-
-def set_keepalive(pid: int, fds: Sequence[int]) -> str:
-    """Turn on TCP keepalive and TCP_USER_TIMEOUT on sockets ``fds`` of process ``pid`` (its child):
-    "" when done, else why not (the errno of pidfd_open or pidfd_getfd)."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError) as exc:
-        return f"pidfd_open: {exc}"
-    try:
-        for fd in fds:
-            copy = libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
-            if copy < 0:
-                return f"pidfd_getfd: {os.strerror(ctypes.get_errno())}"
-            with socket.socket(fileno=copy) as sock:  # closes the copy only
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
-    except OSError as exc:
-        return f"setsockopt: {exc}"
-    finally:
-        os.close(pidfd)
-    return ""
 
 
 def resolve(endpoint: str) -> tuple[str, int]:
@@ -660,7 +528,6 @@ class Supervisor:
         self.active: Optional[Entry] = None
         self.active_endpoints: dict[str, str] = {}
         self.seen_connected: set = set()
-        self.armed: set = set()
         self.healthy = False
         self.health_url = opts.health_url if opts.health_url is not None else health_url(opts.extra)
         self.history: list[frozenset[str]] = []
@@ -675,9 +542,9 @@ class Supervisor:
     def answering(self, endpoints: dict[str, str]) -> frozenset[str]:
         up = set()
         busy = set(self.active.workers) if self.child is not None and self.active else set()
-        connections = tcp_connections(self.opts.proc_net_tcp) if busy and self.opts.watch_connections else []
-        remotes = {remote for remote, _inode, _retransmits in connections}
-        stalled = {remote for remote, _inode, retransmits in connections if retransmits >= RETRANSMIT_LIMIT}
+        remotes = (
+            established_remotes(self.opts.proc_net_tcp) if busy and self.opts.watch_connections else set()
+        )
         if remotes and not self.healthy:
             self.healthy, detail = server_healthy(self.health_url, self.opts.probe_timeout)
             if self.healthy:
@@ -693,17 +560,10 @@ class Supervisor:
                 if not self.opts.watch_connections:
                     up.add(name)
                     continue
-                remote = resolve(endpoint)
-                connected = remote in remotes
-                if connected and remote in stalled and name in self.seen_connected:
-                    log(
-                        f"worker {name} ({endpoint}): llama-server's connection to it stalls "
-                        f"({RETRANSMIT_LIMIT} or more retransmissions unanswered)"
-                    )
-                elif connected:
+                connected = resolve(endpoint) in remotes
+                if connected:
                     if self.healthy:
                         self.seen_connected.add(name)
-                        self.keepalive(name, endpoint, remote, connections)
                     up.add(name)
                 elif name not in self.seen_connected:
                     # Not loaded yet, or not yet seen connected since: the device query's
@@ -717,29 +577,6 @@ class Supervisor:
                 if ok:
                     up.add(name)
         return frozenset(up)
-
-    def keepalive(self, name: str, endpoint: str, remote: tuple[str, int], connections: list) -> None:
-        """Set keepalive on llama-server's connections to ``remote`` not done yet (logged once each)."""
-        if not self.opts.keepalive or self.child is None:
-            return
-        fds = socket_fds(self.child.pid)
-        todo = [inode for peer, inode, _unused in connections if peer == remote and inode in fds]
-        todo = [inode for inode in todo if inode not in self.armed]
-        if not todo:
-            return
-        self.armed.update(todo)
-        error = set_keepalive(self.child.pid, [fds[inode] for inode in todo])
-        if error:
-            log(
-                f"worker {name} ({endpoint}): cannot set TCP keepalive on llama-server's connection "
-                f"({error}); a silent loss is seen only once a request stalls"
-            )
-        else:
-            bound = KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT
-            log(
-                f"worker {name} ({endpoint}): TCP keepalive on llama-server's connection: a silent "
-                f"loss resets it within about {bound} s idle, {USER_TIMEOUT_MS // 1000} s under a request"
-            )
 
     def note_worker(self, name: str, endpoint: str, ok: bool, detail: str) -> None:
         """Log a worker's probe result by name whenever it changes (up, or why it is down)."""
@@ -789,7 +626,6 @@ class Supervisor:
         self.active = entry
         self.active_endpoints = endpoints
         self.seen_connected = set()
-        self.armed = set()
         self.healthy = False
         self.starts += 1
         self.write_state("running")
@@ -921,12 +757,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=None,
         help="llama-server's health URL; the connection watch starts once it answers 200 "
         "(default: from --host and --port after --)",
-    )
-    parser.add_argument(
-        "--no-keepalive",
-        dest="keepalive",
-        action="store_false",
-        help="do not set TCP keepalive on llama-server's connections to the workers (pidfd_getfd)",
     )
     parser.add_argument("--proc-net-tcp", nargs="*", default=["/proc/net/tcp", "/proc/net/tcp6"])
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments added for llama-server")
