@@ -10,20 +10,9 @@ cd "$ROOT"
 # shellcheck source=/dev/null
 source scripts/env.sh
 
-inventory=${1:-inventories/demo}
-state=$CACHE/demo/$(basename "$(cd "$(dirname "$inventory")" && pwd)/$(basename "$inventory")")
-head=$(ansible-inventory -i "$inventory" --list | python3 -c \
-  'import json,sys; print(json.load(sys.stdin)["llm_head"]["hosts"][0])')
-
-created=1
-if podman container exists "$head"; then
-  created=0
-  echo "demo-check: $head is already running: re-converging it, and keeping it afterwards"
-fi
-cleanup() {
-  if [[ $created == 1 ]]; then bash scripts/demo.sh down "$inventory" >/dev/null || true; fi
-}
-trap cleanup EXIT
+# shellcheck source=scripts/demo-fleet.sh
+source scripts/demo-fleet.sh
+demo_fleet demo-check "${1:-inventories/demo}"
 
 # The demo's real answer is made while tcpdump captures the bridge (head <-> workers): with
 # WireGuard on, nothing of it may cross in clear (scripts/check-capture.py prints the figures).
