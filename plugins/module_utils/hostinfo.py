@@ -20,6 +20,15 @@ import socket
 import struct
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import (
+    DeviceError,
+    Runner,
+    device_problems,
+    devices_summary,
+    probe_devices,
+    recorded_runner,
+)
+
 MIB = 1024 * 1024
 
 # cgroup v1 reports "no limit" as PAGE_COUNTER_MAX * page size (9223372036854771712 with
@@ -991,11 +1000,14 @@ def probe(
     disk_path: str = "/",
     min_glibc: str = RELEASE_MIN_GLIBC,
     own_processes: Sequence[str] = OWN_PROCESSES,
+    run: Optional[Runner] = None,
 ) -> Dict[str, Any]:
     """Read the machine under ``root`` and return the ``llmfleet_host`` fact.
 
     ``own_processes`` are the process names (/proc/<pid>/comm) of llmfleet's own servers whose
-    resident memory counts as usable (``memory.reclaimable_mib``).
+    resident memory counts as usable (``memory.reclaimable_mib``). ``run`` runs the device tools
+    (devices.COMMANDS: the installed build's ``llama-server --list-devices``, nvidia-smi); by
+    default a recorded tree's ``recorded/`` outputs are read, and on the live root nothing runs.
     """
     tree = Tree(root)
 
@@ -1116,6 +1128,19 @@ def probe(
         "llama_cpp": llama_cpp_verdict(arch, libc["libc"], libc["glibc"], accelerators, min_glibc),
         "vllm_cpu": vllm_cpu_verdict(arch, isa),
     }
+    if run is None:
+        run = recorded_runner(tree) if tree.root != "/" else (lambda key: (None, None))
+    try:
+        fact["devices"], fact["devices_source"] = probe_devices(
+            run,
+            tree,
+            accelerators,
+            fact["backends"]["llama_cpp"].get("flavour"),
+            fact["cpu_model"],
+            memory,
+        )
+    except DeviceError as err:
+        raise HostInfoError(str(err)) from None
     return fact
 
 
@@ -1166,6 +1191,9 @@ def check_given(fact: Any) -> List[str]:
             continue
         if isinstance(value, str) and value not in allowed:
             problems.append("llmfleet_host.%s is %r, expected one of %s" % (key, value, ", ".join(allowed)))
+    if "devices" in fact:
+        memory = fact.get("memory") if isinstance(fact.get("memory"), dict) else {}
+        problems.extend(device_problems(fact["devices"], memory.get("usable_mib")))
     return problems
 
 
@@ -1180,7 +1208,8 @@ def runnable_backends(fact: Dict[str, Any]) -> List[str]:
 
 
 def summary(fact: Dict[str, Any]) -> str:
-    """One line: arch, cpus, usable memory (and its cause), ISA, accelerators, backend verdicts."""
+    """One line: arch, cpus, usable memory (and its cause), ISA, accelerators, the devices (when
+    there is more than the CPU), backend verdicts."""
     memory = fact.get("memory") or {}
     usable = memory.get("usable_mib")
     limit = memory.get("cgroup_limit_mib")
@@ -1201,6 +1230,9 @@ def summary(fact: Dict[str, Any]) -> str:
     for gpu in fact.get("accelerators") or []:
         mem = " %s MiB" % gpu["memory_mib"] if gpu.get("memory_mib") else ""
         parts.append("gpu %s%s" % (gpu.get("model"), mem))
+    devices = fact.get("devices")
+    if isinstance(devices, list) and len(devices) > 1 and not device_problems(devices):
+        parts.append("devices %s" % devices_summary(devices))
     backends = fact.get("backends") or {}
     llama = backends.get("llama_cpp") or {}
     vllm = backends.get("vllm_cpu") or {}

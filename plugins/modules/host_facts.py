@@ -52,12 +52,33 @@ options:
     type: list
     elements: str
     default: [ggml-rpc-server, rpc-server, llama-server]
+  llama_cpp_dir:
+    description:
+      - Directory of the installed pinned llama.cpp build. When it holds an executable
+        C(llama-server), the probe runs C(llama-server --list-devices) and its answer is the host's
+        device list (C(devices)); otherwise nvidia-smi and sysfs predict what the build of the
+        verdict's flavour will see. Not run when O(root) is not C(/) (a recorded tree keeps the
+        outputs under C(recorded/)).
+    type: path
+    default: /opt/llmfleet/llama.cpp/current
+  llama_cpp_env:
+    description:
+      - Environment for C(llama-server --list-devices), the same the servers run with, e.g.
+        C(GGML_VK_VISIBLE_DEVICES=0) for a CPU-type Vulkan device (lavapipe), which llama.cpp skips
+        unless told.
+    type: dict
+    default: {}
   given:
     description:
       - An inventory-supplied C(llmfleet_host) to check and summarise instead of probing.
       - It must carry at least C(arch), C(cpus), C(memory.usable_mib), C(backends.llama_cpp.status)
-        and C(backends.vllm_cpu.status). No fact is set; the inventory variable is used as it is.
+        and C(backends.vllm_cpu.status); C(devices), when present, must have the probe's shape
+        (docs/probe.md). No fact is set; the inventory variable is used as it is.
     type: dict
+  host:
+    description:
+      - The inventory name of the host, named in the errors about a O(given) fact.
+    type: str
 attributes:
   facts:
     support: full
@@ -111,7 +132,9 @@ ansible_facts:
           C(reclaimable_mib), C(own_processes), C(usable_mib)), C(accelerators), C(libc),
           C(glibc), C(os) (C(id), C(version), C(name)), C(disk_path), C(disk_free_mib) and
           C(backends) (C(llama_cpp) with C(status), C(flavour), C(flavours), C(reason);
-          C(vllm_cpu) with C(status), C(image_arch), C(reason)).
+          C(vllm_cpu) with C(status), C(image_arch), C(reason)), C(devices) (llama.cpp's devices in
+          its order, the CPU last, each with C(name), C(backend), C(description), C(type), C(memory_total_mib),
+          C(memory_free_mib), C(uma), C(source), C(pci_address)) and C(devices_source).
         - See docs/probe.md for the full shape and an example.
       type: dict
       returned: always
@@ -126,6 +149,10 @@ ansible_facts:
         backends:
           llama_cpp: {status: release, flavour: ubuntu-x64}
           vllm_cpu: {status: limited, image_arch: x86_64}
+        devices:
+          - {name: CPU, backend: cpu, description: AMD EPYC 7B13, type: cpu, memory_total_mib: 512,
+             memory_free_mib: 481, uma: false, source: probe}
+        devices_source: predicted for the ubuntu-x64 build (no GPU backend) from sysfs
 llmfleet_host:
   description: The probed fact, or the given one when O(given) is used.
   returned: success
@@ -142,7 +169,14 @@ runnable:
   elements: str
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import (
+    COMMAND_TIMEOUT_S,
+    OUTPUT_LIMIT,
+    command_argv,
+)
 from ansible_collections.llmfleet.cluster.plugins.module_utils.hostinfo import (
     HostInfoError,
     check_given,
@@ -150,6 +184,36 @@ from ansible_collections.llmfleet.cluster.plugins.module_utils.hostinfo import (
     runnable_backends,
     summary,
 )
+
+
+def live_runner(module, llama_cpp_dir, env):
+    """Run the device tools (devices.COMMANDS) on this host: (stdout, None), (None, why) or
+    (None, None) when the tool is not installed. Each is bounded by coreutils' timeout."""
+    timeout = module.get_bin_path("timeout")
+
+    def run(key):
+        argv = command_argv(key, llama_cpp_dir)
+        if key == "list_devices":
+            if not os.access(argv[0], os.X_OK):
+                return None, None
+        else:
+            found = module.get_bin_path(argv[0])
+            if not found:
+                return None, None
+            argv[0] = found
+        if timeout:
+            argv = [timeout, str(COMMAND_TIMEOUT_S), *argv]
+        rc, out, err = module.run_command(argv, environ_update=dict(env))
+        if rc != 0:
+            lines = (err or out or "").strip().splitlines()
+            return None, "%s failed (rc %d): %s" % (
+                " ".join(command_argv(key, llama_cpp_dir)[:2]),
+                rc,
+                lines[-1][:200] if lines else "no output",
+            )
+        return out[:OUTPUT_LIMIT], None
+
+    return run
 
 
 def main():
@@ -161,7 +225,10 @@ def main():
             own_processes=dict(
                 type="list", elements="str", default=["ggml-rpc-server", "rpc-server", "llama-server"]
             ),
+            llama_cpp_dir=dict(type="path", default="/opt/llmfleet/llama.cpp/current"),
+            llama_cpp_env=dict(type="dict", default={}),
             given=dict(type="dict"),
+            host=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -169,7 +236,10 @@ def main():
     if given is not None:
         problems = check_given(given)
         if problems:
-            module.fail_json(msg="the inventory's llmfleet_host is not a probe fact: " + "; ".join(problems))
+            where = "host %s: " % module.params["host"] if module.params["host"] else ""
+            module.fail_json(
+                msg=where + "the inventory's llmfleet_host is not a probe fact: " + "; ".join(problems)
+            )
         module.exit_json(
             changed=False, llmfleet_host=given, summary=summary(given), runnable=runnable_backends(given)
         )
@@ -179,6 +249,9 @@ def main():
             disk_path=module.params["disk_path"],
             min_glibc=module.params["min_glibc"],
             own_processes=module.params["own_processes"],
+            run=live_runner(module, module.params["llama_cpp_dir"], module.params["llama_cpp_env"])
+            if module.params["root"] == "/"
+            else None,
         )
     except HostInfoError as err:
         module.fail_json(msg=str(err))

@@ -311,6 +311,116 @@ EXPECTED = {
     },
 }
 
+
+def gpu_machine(cpus, isa, available, glibc, flavour, vllm, address, gpus, cpu_model, os_release, **extra):
+    """The GPU machines of issue #32 (their devices: test_devices.py): login sessions, no limit."""
+    want = {
+        "arch": "x86_64",
+        "kube_arch": "amd64",
+        "isa": sorted(isa),
+        "cpus": cpus,
+        "numa_nodes": 1,
+        "available": available,
+        "limit": None,
+        "usable": available,
+        "glibc": glibc,
+        "llama_cpp": ("release", flavour),
+        "vllm_cpu": (vllm, "x86_64"),
+        "default_ipv4": address,
+        "addresses": {"enp5s0": [address]},
+        "gpus": gpus,
+        "cpu_model": cpu_model,
+        "os": os_release,
+    }
+    want.update(extra)
+    return want
+
+
+VULKAN = "ubuntu-vulkan-x64"
+EXPECTED.update(
+    {
+        "rtx3060-desktop": gpu_machine(
+            12,
+            AVX2,
+            25600,
+            "2.35",
+            VULKAN,
+            "limited",
+            "192.168.1.81",
+            [("nvidia", "nvidia", None)],
+            "AMD Ryzen 5 5600X 6-Core Processor",
+            ("ubuntu", "22.04"),
+        ),
+        "a100-server": gpu_machine(
+            16,
+            AVX2,
+            244140,
+            "2.35",
+            VULKAN,
+            "limited",
+            "10.0.2.11",
+            [("nvidia", "nvidia", None)] * 2,
+            "AMD EPYC 7763 64-Core Processor",
+            ("ubuntu", "22.04"),
+        ),
+        # the 7900 XTX switches to Vulkan; the CPU's own iGPU (512 MiB carve-out) is listed too
+        "rx7900xtx-desktop": gpu_machine(
+            16,
+            AVX512_ZEN4,
+            51200,
+            "2.39",
+            VULKAN,
+            "supported",
+            "192.168.1.82",
+            [("amd", "amdgpu", 24560), ("amd", "amdgpu", 512)],
+            "AMD Ryzen 7 7800X3D 8-Core Processor",
+            ("ubuntu", "24.04"),
+        ),
+        # a 4 GiB carve-out is past the 2 GiB a Vulkan verdict needs
+        "ryzen7840u-laptop": gpu_machine(
+            16,
+            AVX512_ZEN4,
+            16384,
+            "2.39",
+            VULKAN,
+            "supported",
+            "192.168.1.83",
+            [("amd", "amdgpu", 4096)],
+            "AMD Ryzen 7 7840U w/ Radeon  780M Graphics",
+            ("ubuntu", "24.04"),
+        ),
+        # Intel graphics keep the CPU flavour (the Vulkan build was installed by hand)
+        "arc-a770-desktop": gpu_machine(
+            20,
+            [*AVX2, "avx_vnni"],
+            26624,
+            "2.39",
+            "ubuntu-x64",
+            "limited",
+            "192.168.1.84",
+            [("intel", "i915", None), ("intel", "xe", None)],
+            "13th Gen Intel(R) Core(TM) i5-13600K",
+            ("ubuntu", "24.04"),
+        ),
+        "lavapipe-container": gpu_machine(
+            2,
+            AVX2,
+            19531,
+            "2.36",
+            "ubuntu-x64",
+            "limited",
+            "10.89.2.3",
+            [],
+            "AMD EPYC 7B13",
+            ("debian", "12"),
+            limit=1024,
+            usage=64,
+            usable=1024 - 64,
+            addresses={"eth0": ["10.89.2.3"]},
+        ),
+    }
+)
+
 MACHINES = sorted(EXPECTED)
 
 

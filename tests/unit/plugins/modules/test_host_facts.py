@@ -93,6 +93,97 @@ def test_documentation_matches_the_argument_spec() -> None:
     import yaml
 
     doc = yaml.safe_load(host_facts.DOCUMENTATION)
-    assert set(doc["options"]) == {"root", "disk_path", "min_glibc", "own_processes", "given"}
+    assert set(doc["options"]) == {
+        "root",
+        "disk_path",
+        "min_glibc",
+        "own_processes",
+        "llama_cpp_dir",
+        "llama_cpp_env",
+        "given",
+        "host",
+    }
     yaml.safe_load(host_facts.EXAMPLES)
     assert set(yaml.safe_load(host_facts.RETURN)) == {"ansible_facts", "llmfleet_host", "summary", "runnable"}
+
+
+# A stand-in for the installed build's llama-server: prints what the pinned source prints for
+# lavapipe, and only when GGML_VK_VISIBLE_DEVICES names it (as llama.cpp does for a CPU-type device).
+FAKE_LLAMA_SERVER = """#!/bin/sh
+[ "$1" = --list-devices ] || exit 2
+echo "load_backend: loaded Vulkan backend" >&2
+echo "Available devices:"
+if [ "$GGML_VK_VISIBLE_DEVICES" = 0 ]; then
+  echo "  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB free)"
+else
+  echo "  (none)"
+fi
+"""
+
+
+def fake_build(tmp_path: Path, script: str) -> Path:
+    build = tmp_path / "current"
+    build.mkdir()
+    (build / "llama-server").write_text(script)
+    (build / "llama-server").chmod(0o755)
+    return build
+
+
+def test_the_live_probe_runs_the_installed_builds_listing_with_its_environment(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    build = fake_build(tmp_path, FAKE_LLAMA_SERVER)
+    _unused, result = run(capsys, llama_cpp_dir=str(build), llama_cpp_env={"GGML_VK_VISIBLE_DEVICES": "0"})
+    fact = result["llmfleet_host"]
+    assert fact["devices_source"] == "llama-server --list-devices"
+    lavapipe, host = fact["devices"]
+    assert (lavapipe["name"], lavapipe["type"], lavapipe["uma"], lavapipe["memory_total_mib"]) == (
+        "Vulkan0",
+        "gpu",
+        True,
+        2048,
+    )
+    assert lavapipe["memory_free_mib"] == min(2048, fact["memory"]["usable_mib"])
+    assert host["name"] == "CPU" and host["memory_free_mib"] == fact["memory"]["usable_mib"]
+    assert "devices Vulkan0 llvmpipe (LLVM 15.0.6, 256 bits)" in result["summary"]
+    # without the variable llama.cpp lists no device: the CPU alone
+    _unused, result = run(capsys, llama_cpp_dir=str(build))
+    assert [d["name"] for d in result["llmfleet_host"]["devices"]] == ["CPU"]
+
+
+def test_a_failing_listing_is_named_and_the_probe_goes_on(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    build = fake_build(tmp_path, "#!/bin/sh\necho 'ggml_vulkan: device lost' >&2\nexit 3\n")
+    code, result = run(capsys, llama_cpp_dir=str(build))
+    assert code == 0
+    assert result["llmfleet_host"]["devices_source"].endswith(
+        f"({build}/llama-server --list-devices failed (rc 3): ggml_vulkan: device lost)"
+    )
+
+
+def test_given_devices_of_the_wrong_shape_fail_naming_the_host(capsys: pytest.CaptureFixture) -> None:
+    given = {
+        "arch": "x86_64",
+        "cpus": 16,
+        "memory": {"usable_mib": 16384},
+        "backends": {"llama_cpp": {"status": "release"}, "vllm_cpu": {"status": "supported"}},
+        "devices": [
+            {
+                "name": "CUDA0",
+                "backend": "cuda",
+                "description": "NVIDIA GeForce RTX 3060",
+                "type": "gpu",
+                "memory_total_mib": 12288,
+                "memory_free_mib": "12 GiB",
+                "uma": False,
+            }
+        ],
+    }
+    code, result = run(capsys, given=given, host="desk1")
+    assert code == 1
+    assert result["msg"].startswith("host desk1: the inventory's llmfleet_host is not a probe fact: ")
+    assert (
+        "llmfleet_host.devices[0] (CUDA0).memory_free_mib must be an integer >= 0 (MiB), got '12 GiB'"
+        in result["msg"]
+    )
