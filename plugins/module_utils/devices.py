@@ -17,7 +17,8 @@ A device is ``{name, backend, description, type, memory_total_mib, memory_free_m
   integrated GPU: llama.cpp uses iGPUs only when there is no ``gpu``) or ``cpu``;
 - ``memory_total_mib``/``memory_free_mib``: what the device offers (MiB);
 - ``uma``: its memory is the host's RAM (an iGPU/APU, or a CPU-type Vulkan device such as
-  lavapipe, which llama.cpp types ``gpu``). Such memory is not a second pool: whatever a plan
+  lavapipe, which llama.cpp types ``gpu``); false for the CPU device, which is that memory. Such
+  memory is not a second pool: whatever a plan
   puts on the ``uma`` devices and on the CPU device together must fit the CPU device's
   ``memory_free_mib`` (the host's usable memory), and each ``uma`` device's own
   ``memory_free_mib`` is already capped at it.

@@ -203,7 +203,7 @@ def live_runner(module, llama_cpp_dir, env):
             argv[0] = found
         if timeout:
             argv = [timeout, str(COMMAND_TIMEOUT_S), *argv]
-        rc, out, err = module.run_command(argv, environ_update=dict(env))
+        rc, out, err = module.run_command(argv, environ_update={str(k): str(v) for k, v in env.items()})
         if rc != 0:
             lines = (err or out or "").strip().splitlines()
             return None, "%s failed (rc %d): %s" % (

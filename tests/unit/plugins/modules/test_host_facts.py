@@ -133,7 +133,7 @@ def test_the_live_probe_runs_the_installed_builds_listing_with_its_environment(
     capsys: pytest.CaptureFixture, tmp_path: Path
 ) -> None:
     build = fake_build(tmp_path, FAKE_LLAMA_SERVER)
-    _unused, result = run(capsys, llama_cpp_dir=str(build), llama_cpp_env={"GGML_VK_VISIBLE_DEVICES": "0"})
+    _unused, result = run(capsys, llama_cpp_dir=str(build), llama_cpp_env={"GGML_VK_VISIBLE_DEVICES": 0})
     fact = result["llmfleet_host"]
     assert fact["devices_source"] == "llama-server --list-devices"
     lavapipe, host = fact["devices"]
