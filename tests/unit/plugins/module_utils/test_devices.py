@@ -14,7 +14,7 @@ from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
 from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import DeviceError
 from ansible_collections.llmfleet.cluster.plugins.module_utils.hostinfo import HostInfoError, Tree
 
-from tests.support.host_trees import recorded_hosts
+from tests.support.host_trees import recorded_hosts, tree_names
 
 FIXTURES = recorded_hosts()
 
@@ -196,6 +196,14 @@ def test_memory_shared_with_the_host_is_one_pool(name: str) -> None:
             assert d["uma"] == (d["type"] == "igpu" or d["description"].startswith("llvmpipe"))
             if d["uma"]:
                 assert d["memory_free_mib"] <= host["memory_free_mib"]
+
+
+@pytest.mark.parametrize("name", tree_names())
+def test_every_probed_fact_passes_the_what_if_boundary(name: str) -> None:
+    """A probed fact copied into an inventory (what-if) is accepted as it is."""
+    fact = hostinfo.probe(str(FIXTURES / name))
+    assert hostinfo.check_given(fact) == []
+    assert dev.host_devices(name, fact) == fact["devices"]
 
 
 def test_a_host_without_gpus_or_build_has_the_cpu_device_only() -> None:
