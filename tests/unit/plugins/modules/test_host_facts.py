@@ -187,3 +187,19 @@ def test_given_devices_of_the_wrong_shape_fail_naming_the_host(capsys: pytest.Ca
         "llmfleet_host.devices[0] (CUDA0).memory_free_mib must be an integer >= 0 (MiB), got '12 GiB'"
         in result["msg"]
     )
+
+
+PINNED_BUILD = Path(__file__).resolve().parents[4] / ".cache" / "llama.cpp" / "bin"
+
+
+@pytest.mark.skipif(
+    not (PINNED_BUILD / "llama-server").exists(), reason="the pinned CPU build is not built here"
+)
+def test_the_pinned_cpu_builds_own_listing(capsys: pytest.CaptureFixture) -> None:
+    """The real pinned build (make test-artifacts): a CPU build lists no device; the CPU is last."""
+    _unused, result = run(capsys, llama_cpp_dir=str(PINNED_BUILD))
+    fact = result["llmfleet_host"]
+    assert fact["devices_source"] == "llama-server --list-devices"
+    assert [(d["name"], d["memory_free_mib"]) for d in fact["devices"]] == [
+        ("CPU", fact["memory"]["usable_mib"])
+    ]
