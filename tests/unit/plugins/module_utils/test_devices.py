@@ -466,3 +466,19 @@ def test_the_summary_lists_the_devices() -> None:
         "devices Vulkan0 AMD Radeon 780M (RADV PHOENIX) 16000/17998 MiB uma, CPU 16384/27804 MiB"
         in hostinfo.summary(APU)
     )
+
+
+def test_a_rocm_listing_is_matched_to_the_amd_cards_in_pci_order() -> None:
+    """A ROCm build (HIP: the CUDA backend under the name ROCm) on the RX 7900 XTX machine."""
+    tree = Tree(str(FIXTURES / "rx7900xtx-desktop"))
+    gpus = [dict(g, details=dev.gpu_details(tree, g, 63355)) for g in hostinfo.pci_accelerators(tree)]
+    listed = dev.parse_list_devices(
+        "Available devices:\n  ROCm0: AMD Radeon RX 7900 XTX (24560 MiB, 24472 MiB free)\n"
+        "  ROCm1: AMD Radeon Graphics (512 MiB, 490 MiB free)\n"
+    )
+    devices, skipped = dev.from_listing(listed, gpus, 51200)
+    assert [(d["name"], d["backend"], d["type"], d["uma"], d["pci_address"]) for d in devices] == [
+        ("ROCm0", "rocm", "gpu", False, "0000:03:00.0"),
+        ("ROCm1", "rocm", "igpu", True, "0000:13:00.0"),
+    ]
+    assert skipped == []
