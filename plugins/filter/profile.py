@@ -15,16 +15,14 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.measuring import (
     MEASURE_LAYERS,
-    measuring_placements,
-    measuring_plan,
+    measuring_request,
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan_step import PlanStepError, speed_figures
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import (
     ProfileError,
-    build_profile,
     single_thread_dropin,
 )
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile_figures import measure
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile_figures import profile_from_run
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.tune import (
     TuneError,
     decide,
@@ -37,18 +35,8 @@ def profile_build(
     samples, plan, timings, facts, units, build, model, now, links=None, previous=None, moved=None
 ):
     try:
-        got = measure(
-            plan, samples or {}, timings or {}, facts or {}, units or {}, links or {}, moved or None
-        )
-        return build_profile(
-            previous or None,
-            str(build),
-            model or {},
-            facts or {},
-            got["hosts"],
-            links or {},
-            str(now),
-            {"output_layers": got["output_layers"], "token": got["token"]},
+        return profile_from_run(
+            samples, plan, timings, facts, units, build, model, now, links, previous, moved
         )
     except ProfileError as err:
         raise AnsibleFilterError("profile_build: %s" % err) from err
@@ -58,13 +46,7 @@ def profile_build(
 
 def profile_measuring_plan(plan, add=None, layers_each=MEASURE_LAYERS, request=0, quotas=None):
     try:
-        measuring = measuring_plan(plan or {}, [str(a) for a in add or []], int(layers_each))
-        if int(request) == 0:
-            return measuring
-        if int(request) not in (1, 2, 3):
-            raise ProfileError("request must be 0, 1, 2 or 3, got %r" % (request,))
-        placements = measuring_placements(measuring, quotas or {})
-        return placements[int(request) - 1] if int(request) <= len(placements) else {}
+        return measuring_request(plan, add or [], layers_each, request, quotas)
     except ProfileError as err:
         raise AnsibleFilterError("profile_measuring_plan: %s" % err) from err
     except (TypeError, ValueError, AttributeError) as err:
