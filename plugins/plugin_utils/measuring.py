@@ -300,3 +300,21 @@ def measuring_placements(
     if third is not None:
         out.append(third)
     return out
+
+
+def measuring_request(
+    plan: Mapping[str, Any],
+    add: Sequence[Any] = (),
+    layers_each: int = MEASURE_LAYERS,
+    request: int = 0,
+    quotas: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """The measuring plan (``request`` 0), or the placement of measured request 1, 2 or 3 ({} when
+    the plan makes fewer) (filter ``llmfleet.cluster.profile_measuring_plan``)."""
+    measuring = measuring_plan(plan or {}, [str(a) for a in add or []], int(layers_each))
+    if int(request) == 0:
+        return measuring
+    if int(request) not in (1, 2, 3):
+        raise ProfileError("request must be 0, 1, 2 or 3, got %r" % (request,))
+    placements = measuring_placements(measuring, quotas or {})
+    return placements[int(request) - 1] if int(request) <= len(placements) else {}

@@ -23,6 +23,7 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import (
     MEASURE_THREADS,
     SPEED_FIGURE_KEYS,
     ProfileError,
+    build_profile,
 )
 
 MIN_TOKENS = 4
@@ -475,3 +476,31 @@ def measure(
     token = {k: priced[k] for k in ("residuals", "reason", "check")}
     token["token_ms"] = (priced["figures"] or {}).get("token_ms")
     return {"hosts": figures, "output_layers": ratio, "token": token}
+
+
+def profile_from_run(
+    samples: Optional[Mapping[str, Any]],
+    plan: Mapping[str, Any],
+    timings: Optional[Mapping[str, Any]],
+    facts: Optional[Mapping[str, Any]],
+    units: Optional[Mapping[str, Any]],
+    build: Any,
+    model: Optional[Mapping[str, Any]],
+    now: Any,
+    links: Optional[Mapping[str, Any]] = None,
+    previous: Optional[Mapping[str, Any]] = None,
+    moved: Optional[Any] = None,
+) -> Dict[str, Any]:
+    """profile.json after a measuring run: :func:`measure`'s figures put into ``build_profile``
+    (filter ``llmfleet.cluster.profile_build``)."""
+    got = measure(plan, samples or {}, timings or {}, facts or {}, units or {}, links or {}, moved or None)
+    return build_profile(
+        previous or None,
+        str(build),
+        model or {},
+        facts or {},
+        got["hosts"],
+        links or {},
+        str(now),
+        {"output_layers": got["output_layers"], "token": got["token"]},
+    )

@@ -18,7 +18,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
-FILTERS = sorted(p.stem for p in (ROOT / "plugins" / "filter").glob("*.py") if p.stem != "__init__")
+# filters are grouped by stage in a few files; each has its sidecar docs plugins/filter/<name>.yml
+FILTERS = sorted(p.stem for p in (ROOT / "plugins" / "filter").glob("*.yml"))
 ROLES = sorted(p.parent.parent.name for p in ROOT.glob("roles/*/meta/argument_specs.yml"))
 GUIDES = sorted(p.stem for p in (ROOT / "docs").glob("*.md"))
 
@@ -46,7 +47,9 @@ def _text(page: Path) -> str:
 
 
 def _documentation(path: Path) -> dict:
-    """A plugin's DOCUMENTATION, read from its source (not by importing it)."""
+    """A plugin's DOCUMENTATION, read from its source (not by importing it) or its sidecar .yml."""
+    if path.suffix == ".yml":
+        return yaml.safe_load(path.read_text())["DOCUMENTATION"]
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
             "DOCUMENTATION"
@@ -71,8 +74,12 @@ def test_a_page_per_plugin(site: Path, name: str, kind: str) -> None:
     text = _text(page)
     assert f"llmfleet.cluster.{name}" in text
     assert MALFORMED not in text, text[text.find(MALFORMED) : text.find(MALFORMED) + 1500]
-    folder = "modules" if kind == "module" else "filter"
-    for option in _documentation(ROOT / "plugins" / folder / f"{name}.py").get("options") or {}:
+    source = (
+        ROOT / "plugins" / "modules" / f"{name}.py"
+        if kind == "module"
+        else ROOT / "plugins" / "filter" / f"{name}.yml"
+    )
+    for option in _documentation(source).get("options") or {}:
         if option == "_input":  # a filter's input: the page's "Input" section
             assert "Input" in text
             continue

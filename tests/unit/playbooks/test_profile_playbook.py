@@ -113,7 +113,7 @@ def test_the_profile_is_built_with_every_argument_the_filter_needs() -> None:
     # an edit once dropped facts=, units= and links= from the call: the play failed at its end
     import inspect
 
-    from ansible_collections.llmfleet.cluster.plugins.filter.profile_build import profile_build
+    from ansible_collections.llmfleet.cluster.plugins.filter.profile import profile_build
 
     plays = yaml.safe_load((ROOT / "playbooks" / "profile.yml").read_text())
     task = next(

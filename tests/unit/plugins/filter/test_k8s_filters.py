@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.filter.k8s_kubelet_labels import k8s_kubelet_labels
-from ansible_collections.llmfleet.cluster.plugins.filter.k8s_label_patch import k8s_label_patch
-from ansible_collections.llmfleet.cluster.plugins.filter.k8s_node_labels import k8s_node_labels
-from ansible_collections.llmfleet.cluster.plugins.filter.k8s_node_taints import k8s_node_taints
+from ansible_collections.llmfleet.cluster.plugins.filter.k8s import (
+    k8s_kubelet_labels,
+    k8s_label_patch,
+    k8s_node_labels,
+    k8s_node_taints,
+)
 
 FACT = {"kube_arch": "arm64", "isa": ["neon"], "memory": {"usable_mib": 900}}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.filter.llama_cpp_release import (
+from ansible_collections.llmfleet.cluster.plugins.filter.release import (
     FilterModule,
     llama_cpp_release,
 )
@@ -12,8 +12,8 @@ from ansible_collections.llmfleet.cluster.plugins.filter.llama_cpp_release impor
 TABLE = {"b6000": {"ubuntu-x64": {"url": "http://m/llama-b6000-bin-ubuntu-x64.tar.gz", "sha256": "0f" * 32}}}
 
 
-def test_filter_is_registered_under_its_file_name() -> None:
-    assert FilterModule().filters() == {"llama_cpp_release": llama_cpp_release}
+def test_filter_is_registered_in_the_release_stage_file() -> None:
+    assert FilterModule().filters()["llama_cpp_release"] is llama_cpp_release
 
 
 def test_filter_returns_the_entry() -> None:

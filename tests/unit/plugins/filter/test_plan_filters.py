@@ -2,8 +2,7 @@
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.filter.plan_hosts import plan_hosts
-from ansible_collections.llmfleet.cluster.plugins.filter.plan_placement import plan_placement
+from ansible_collections.llmfleet.cluster.plugins.filter.plan import plan_hosts, plan_placement
 
 from tests.unit.plugins.plugin_utils.test_placement import host, layout
 

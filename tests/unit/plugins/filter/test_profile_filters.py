@@ -6,9 +6,8 @@ import math
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.filter.plan_hosts import plan_hosts
-from ansible_collections.llmfleet.cluster.plugins.filter.profile_build import profile_build
-from ansible_collections.llmfleet.cluster.plugins.filter.profile_speed import profile_speed
+from ansible_collections.llmfleet.cluster.plugins.filter.plan import plan_hosts
+from ansible_collections.llmfleet.cluster.plugins.filter.profile import profile_build, profile_speed
 
 SHA = "c" * 64
 

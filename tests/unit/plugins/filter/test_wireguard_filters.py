@@ -6,9 +6,9 @@ import base64
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.filter.wireguard_addresses import FilterModule as Addresses
-from ansible_collections.llmfleet.cluster.plugins.filter.wireguard_check import FilterModule as Check
-from ansible_collections.llmfleet.cluster.plugins.filter.wireguard_peers import FilterModule as Peers
+from ansible_collections.llmfleet.cluster.plugins.filter.wireguard import FilterModule as Addresses
+from ansible_collections.llmfleet.cluster.plugins.filter.wireguard import FilterModule as Check
+from ansible_collections.llmfleet.cluster.plugins.filter.wireguard import FilterModule as Peers
 
 addresses = Addresses().filters()["wireguard_addresses"]
 peers = Peers().filters()["wireguard_peers"]

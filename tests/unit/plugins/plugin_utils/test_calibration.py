@@ -7,7 +7,7 @@ import os
 
 import jsonschema
 import pytest
-from ansible_collections.llmfleet.cluster.plugins.filter import plan_placement as F
+from ansible_collections.llmfleet.cluster.plugins.filter import plan as F
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import calibration as C
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import PlanInputError

@@ -6,8 +6,7 @@ import fnmatch
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.filter.k8s_objects import k8s_objects
-from ansible_collections.llmfleet.cluster.plugins.filter.llama_rpc_k8s_teardown import llama_rpc_k8s_teardown
+from ansible_collections.llmfleet.cluster.plugins.filter.k8s import k8s_objects, llama_rpc_k8s_teardown
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.k8s_objects import (
     ObjectsError,
     apply_order,

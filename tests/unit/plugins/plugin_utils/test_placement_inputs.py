@@ -12,7 +12,7 @@ import math
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.filter.plan_hosts import plan_hosts
+from ansible_collections.llmfleet.cluster.plugins.filter.plan import plan_hosts
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement_inputs as PI
 

@@ -25,19 +25,16 @@ def _spec_choices(role: str, option: str, entry_point: str = "main") -> list:
 
 
 def _doc(path: str) -> dict:
-    import ast
-
-    for node in ast.parse((ROOT / path).read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "DOCUMENTATION":
-            return yaml.safe_load(ast.literal_eval(node.value))
-    raise AssertionError(path)
+    """A filter's DOCUMENTATION, from its sidecar file (plugins/filter/<name>.yml)."""
+    return _yaml(path)["DOCUMENTATION"]
 
 
 def test_the_lists_of_targets_are_the_registry() -> None:
     names = T.names()
     assert names == ["systemd", "kubernetes", "lws"]
     assert json.loads((ROOT / "docs/plan.schema.json").read_text())["properties"]["target"]["enum"] == names
-    assert _doc("plugins/filter/plan_placement.py")["options"]["target"]["choices"] == names
+    assert _doc("plugins/filter/plan_placement.yml")["options"]["target"]["choices"] == names
+    assert _doc("plugins/filter/plan.yml")["options"]["target"]["choices"] == names
     assert _spec_choices("chat_ui", "chat_ui_target") == names
     assert _spec_choices("verify", "verify_target") == names
     # llama_rpc deploys (and removes) exactly the targets the registry gives it.

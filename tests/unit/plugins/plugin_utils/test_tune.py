@@ -6,9 +6,11 @@ import math
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.filter.tune_decide import tune_decide
-from ansible_collections.llmfleet.cluster.plugins.filter.tune_needs_profile import tune_needs_profile
-from ansible_collections.llmfleet.cluster.plugins.filter.tune_report import tune_report
+from ansible_collections.llmfleet.cluster.plugins.filter.profile import (
+    tune_decide,
+    tune_needs_profile,
+    tune_report,
+)
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import tune as T
 
 from tests.unit.plugins.plugin_utils.test_placement import layout
