@@ -28,7 +28,10 @@ whose connection from this network namespace was established and no longer is ha
 watch starts only once llama-server answers ``GET /health`` with 200 (``--health-url``, by
 default from the ``--host`` and ``--port`` after ``--``): while it loads, llama-server opens a
 first connection to each worker (the device query), closes it and opens the one it keeps later,
-so a connection seen and gone before the model is loaded says nothing about the worker.
+so a connection seen and gone before the model is loaded says nothing about the worker. A worker
+lost silently is seen through TCP keepalive set on llama-server's connections; before it is probed
+again, the worker's side of the lost connection is reset from that connection's own local address
+(``knock``), since rpc-server would otherwise wait on it for ever.
 
 The plan is validated once, at start: a plan the supervisor cannot use (not JSON, a fallback
 that is not an object, an endpoint that is a number or ``host:notaport``, a fallback naming a
