@@ -824,10 +824,10 @@ class Supervisor:
             if outcome == "held":
                 continue
             self.lost[name].remove(local)
-            if outcome == "answered":
+            if outcome == "answered" and detail == "connected":
                 log(
-                    f"worker {name} ({endpoint}): reset its side of llama-server's lost connection "
-                    f"(from {local[0]}:{local[1]}: {detail}), so that rpc-server accepts a new client"
+                    f"worker {name} ({endpoint}): connected from the address of llama-server's lost "
+                    f"connection ({local[0]}:{local[1]}), which frees rpc-server if it still held that connection"
                 )
         if not self.lost.get(name):
             self.lost.pop(name, None)
