@@ -340,6 +340,9 @@ def test_the_supervisor_may_list_pods_and_selects_the_rpc_server_pods(rendered: 
     selector = dict(term.split("=", 1) for term in env["LLMFLEET_K8S_SELECTOR"].split(","))
     for ds in rendered.daemonsets().values():
         assert selects(selector, ds["spec"]["template"]["metadata"]["labels"])
+    # labels are anyone's to set: only pods whose controller is one of these DaemonSets count
+    owners = sorted(ds["metadata"]["name"] for ds in rendered.daemonsets().values())
+    assert env["LLMFLEET_K8S_OWNERS"].split(",") == owners
     assert not selects(selector, rendered.deployment["spec"]["template"]["metadata"]["labels"])
     args = server["args"]
     opts = dict(a.split("=", 1) for a in args[: args.index("--")])

@@ -28,7 +28,10 @@ whose connection from this network namespace was established and no longer is ha
 watch starts only once llama-server answers ``GET /health`` with 200 (``--health-url``, by
 default from the ``--host`` and ``--port`` after ``--``): while it loads, llama-server opens a
 first connection to each worker (the device query), closes it and opens the one it keeps later,
-so a connection seen and gone before the model is loaded says nothing about the worker.
+so a connection seen and gone before the model is loaded says nothing about the worker. A worker
+lost silently is seen through TCP keepalive set on llama-server's connections; before it is probed
+again, the worker's side of the lost connection is reset from that connection's own local address
+(``knock``), since rpc-server would otherwise wait on it for ever.
 
 The plan is validated once, at start: a plan the supervisor cannot use (not JSON, a fallback
 that is not an object, an endpoint that is a number or ``host:notaport``, a fallback naming a
@@ -40,6 +43,7 @@ value, and exit status 78 (``EX_CONFIG``), which the systemd unit lists in
 from __future__ import annotations
 
 import argparse
+import errno
 import http.client
 import ipaddress
 import json
@@ -53,7 +57,7 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Sequence
-from typing import Optional
+from typing import NamedTuple, Optional
 
 VERSION = "2"
 TCP_ESTABLISHED = "01"
@@ -67,8 +71,39 @@ EXIT_BAD_PLAN = 78
 RPC_CMD_HELLO = 14
 RPC_CONN_CAPS_SIZE = 24
 HELLO_REQUEST = bytes([RPC_CMD_HELLO]) + struct.pack("<Q", RPC_CONN_CAPS_SIZE) + bytes(RPC_CONN_CAPS_SIZE)
-# 4 + caps (protocol 7) or the 3 version bytes of older protocols.
-HELLO_ANSWER_SIZES = (4 + RPC_CONN_CAPS_SIZE, 3)
+HELLO_ANSWER_SIZE = 4 + RPC_CONN_CAPS_SIZE
+# The protocol of the pinned llama.cpp build (ggml/include/ggml-rpc.h, RPC_PROTO_*_VERSION; a test
+# reads the pinned source). Its llama-server refuses a server whose major differs or whose minor is
+# newer (negotiate_hello in ggml-rpc.cpp), so only such a server counts as a live worker.
+RPC_PROTO_VERSION = (7, 0, 0)
+
+
+# A worker that dies silently (power cut, cable) leaves llama-server's idle connection to it
+# ESTABLISHED: nothing is sent between requests, so the kernel never learns, and the next request
+# hangs until TCP gives up (about 15 minutes). llama.cpp sets no keepalive on these connections; the
+# supervisor (llama-server's parent, the same user) takes a copy of each with pidfd_getfd(2)
+# (Linux >= 5.6) and sets TCP keepalive and TCP_USER_TIMEOUT on it: the kernel then resets a
+# connection whose peer stops answering within about KEEPALIVE_IDLE + KEEPALIVE_INTERVAL *
+# KEEPALIVE_COUNT seconds idle, USER_TIMEOUT_MS under a request, and the connection watch sees it
+# gone. Where the copy is refused (a seccomp profile without pidfd_getfd), a connection whose data
+# has gone unacknowledged for RETRANSMIT_LIMIT retransmissions (about 6 s) counts as gone instead.
+KEEPALIVE_IDLE = 5
+KEEPALIVE_INTERVAL = 2
+KEEPALIVE_COUNT = 3
+USER_TIMEOUT_MS = 10000
+RETRANSMIT_LIMIT = 5
+SYS_PIDFD_GETFD = 438  # the same number on every architecture (a syscall added after 424)
+# The other side of such a loss: rpc-server serves one client at a time and sets no keepalive, so
+# when the head's side is reset while the worker cannot be reached (its RST lost with the rest),
+# the worker's side stays ESTABLISHED and rpc-server waits on it for ever, accepting no one else:
+# once the partition heals the worker would never serve again. The supervisor remembers the local
+# address of every connection llama-server had to a worker when it lost it (or stopped
+# llama-server), and before it next probes that worker it connects from that same address and port
+# (RFC 793's half-open recovery: the worker answers the SYN on its stale connection with an ACK, the
+# head's kernel answers that ACK with a RST in the stale connection's window, and rpc-server is
+# free; the SYN sent again 1 s later reaches its listener). KNOCK_TIMEOUT covers that resend.
+KNOCK_TIMEOUT = 2.5
+KNOCK_KEEP = 8  # lost local addresses remembered per worker, the newest
 
 
 class SupervisorError(Exception):
@@ -280,11 +315,31 @@ class StaticDiscovery(Discovery):
         return dict(self._endpoints)
 
 
-def pod_endpoints(pod_list: dict, planned: dict[str, str]) -> dict[str, str]:
+def owned_by(meta: dict, owners: frozenset) -> bool:
+    """Whether the pod's controller is one of the DaemonSets ``owners`` (apps/v1, by name).
+
+    Labels are anyone's to set (a pod made by hand with the right labels is not an rpc-server of
+    the fleet); the controller reference is set by the DaemonSet controller."""
+    for ref in meta.get("ownerReferences") or []:
+        if (
+            isinstance(ref, dict)
+            and ref.get("controller") is True
+            and ref.get("kind") == "DaemonSet"
+            and ref.get("apiVersion") == "apps/v1"
+            and ref.get("name") in owners
+        ):
+            return True
+    return False
+
+
+def pod_endpoints(
+    pod_list: dict, planned: dict[str, str], owners: Optional[frozenset] = None
+) -> dict[str, str]:
     """Node name -> ``podIP:port`` of the Ready pods of a PodList on the planned workers' nodes.
 
     The port is the pod's container port named ``rpc`` (else the plan's); a pod being deleted or
-    not Ready is left out; of two pods on one node (a rolling update) the newest Ready one wins.
+    not Ready is left out, and so is one whose controller is not one of the DaemonSets ``owners``
+    (when given); of two pods on one node (a rolling update) the newest Ready one wins.
     """
     found: dict[str, tuple[str, str]] = {}
     for pod in pod_list.get("items") or []:
@@ -294,6 +349,8 @@ def pod_endpoints(pod_list: dict, planned: dict[str, str]) -> dict[str, str]:
             c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
         )
         if node not in planned or not ip or not ready or meta.get("deletionTimestamp"):
+            continue
+        if owners is not None and not owned_by(meta, owners):
             continue
         ports = [
             p.get("containerPort")
@@ -313,7 +370,8 @@ class KubernetesDiscovery(Discovery):
 
     In a pod: the service account's token, CA and namespace under ``LLMFLEET_K8S_SA_DIR``
     (default the mounted service account), the API at ``KUBERNETES_SERVICE_HOST``/``_PORT``,
-    the pods chosen by the label selector ``LLMFLEET_K8S_SELECTOR``. When the API does not answer,
+    the pods chosen by the label selector ``LLMFLEET_K8S_SELECTOR`` whose controller is one of the
+    DaemonSets named in ``LLMFLEET_K8S_OWNERS`` (comma-separated). When the API does not answer,
     the last answer stands, so that a hiccup of the API server does not look like lost workers.
     """
 
@@ -327,9 +385,12 @@ class KubernetesDiscovery(Discovery):
         self.sa_dir = env.get("LLMFLEET_K8S_SA_DIR") or self.SA_DIR
         host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "443")
         selector = env.get("LLMFLEET_K8S_SELECTOR", "")
-        if not host or not selector:
+        # The DaemonSets whose pods are the fleet's rpc-servers (comma-separated names).
+        self.owners = frozenset(n.strip() for n in env.get("LLMFLEET_K8S_OWNERS", "").split(",") if n.strip())
+        if not host or not selector or not self.owners:
             raise SupervisorError(
-                "--discovery kubernetes needs KUBERNETES_SERVICE_HOST and LLMFLEET_K8S_SELECTOR"
+                "--discovery kubernetes needs KUBERNETES_SERVICE_HOST, LLMFLEET_K8S_SELECTOR and "
+                "LLMFLEET_K8S_OWNERS (the rpc-server DaemonSets)"
             )
         namespace = env.get("LLMFLEET_K8S_NAMESPACE") or self._read("namespace")
         host = f"[{host}]" if ":" in host else host
@@ -357,7 +418,7 @@ class KubernetesDiscovery(Discovery):
                 headers={"Authorization": f"Bearer {self._read('token')}", "Accept": "application/json"},
             )
             with urllib.request.urlopen(request, timeout=5, context=context) as response:
-                self.last = pod_endpoints(json.load(response), self.planned)
+                self.last = pod_endpoints(json.load(response), self.planned, self.owners)
         except (OSError, ValueError, SupervisorError) as exc:
             log(f"kubernetes discovery: {self.url}: {exc}; keeping the last answer {self.last}")
         return dict(self.last)
@@ -383,6 +444,17 @@ def _recv_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
     return data
 
 
+def hello_version_ok(major: int, minor: int, patch: int) -> tuple[bool, str]:
+    """Whether llama-server of the pinned build accepts a server of this protocol version."""
+    want_major, want_minor, _unused = RPC_PROTO_VERSION
+    if major == want_major and minor <= want_minor:
+        return True, f"rpc-server protocol {major}.{minor}.{patch}"
+    return False, (
+        f"rpc-server protocol {major}.{minor}.{patch}: the pinned llama-server speaks "
+        f"{want_major}.{want_minor}.x (it refuses another major or a newer minor)"
+    )
+
+
 def rpc_hello(endpoint: str, timeout: float) -> tuple[bool, str]:
     """Ask the worker for its ggml-rpc HELLO within ``timeout`` seconds in all: (up, what happened)."""
     deadline = time.monotonic() + timeout
@@ -397,10 +469,13 @@ def rpc_hello(endpoint: str, timeout: float) -> tuple[bool, str]:
         sock.settimeout(max(0.001, deadline - time.monotonic()))
         sock.sendall(HELLO_REQUEST)
         size = struct.unpack("<Q", _recv_exact(sock, 8, deadline))[0]
-        if size not in HELLO_ANSWER_SIZES:
-            return False, f"answered HELLO with a {size}-byte message: not a ggml rpc-server"
+        if size != HELLO_ANSWER_SIZE:
+            return False, (
+                f"answered HELLO with a {size}-byte message, not the {HELLO_ANSWER_SIZE} bytes of "
+                f"ggml-rpc protocol {RPC_PROTO_VERSION[0]}: not a ggml rpc-server of the pinned build"
+            )
         answer = _recv_exact(sock, size, deadline)
-        return True, f"rpc-server protocol {answer[0]}.{answer[1]}.{answer[2]}"
+        return hello_version_ok(answer[0], answer[1], answer[2])
     except socket.timeout:
         return False, (
             f"accepts TCP but gave no HELLO answer within {timeout:g} s "
@@ -448,6 +523,114 @@ def established_remotes(paths: Sequence[str] = ("/proc/net/tcp", "/proc/net/tcp6
             continue
         remotes.update(remote for remote, state in parse_proc_net_tcp(text) if state == TCP_ESTABLISHED)
     return remotes
+
+
+class TcpConnection(NamedTuple):
+    local: tuple[str, int]
+    remote: tuple[str, int]
+    inode: int
+    retransmits: int  # of the oldest unacknowledged segment
+
+
+def tcp_connections(paths: Sequence[str] = ("/proc/net/tcp", "/proc/net/tcp6")) -> list[TcpConnection]:
+    """Every ESTABLISHED connection in /proc/net/tcp{,6}."""
+    rows = []
+    for path in paths:
+        try:
+            with open(path, encoding="ascii") as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 4 or fields[3] != TCP_ESTABLISHED:
+                continue
+            try:
+                inode = int(fields[9]) if len(fields) > 9 else 0
+                retransmits = int(fields[6], 16) if len(fields) > 6 else 0
+                rows.append(
+                    TcpConnection(_decode_addr(fields[1]), _decode_addr(fields[2]), inode, retransmits)
+                )
+            except ValueError:
+                continue
+    return rows
+
+
+def socket_fds(pid: int) -> dict[int, int]:
+    """Socket inode -> file descriptor number of the sockets process ``pid`` holds."""
+    found = {}
+    base = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(base)
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            target = os.readlink(f"{base}/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target.endswith("]"):
+            found[int(target[8:-1])] = int(fd)
+    return found
+
+
+def set_keepalive(pid: int, fds: Sequence[int]) -> str:
+    """Turn on TCP keepalive and TCP_USER_TIMEOUT on sockets ``fds`` of process ``pid`` (its child):
+    "" when done, else why not (the errno of pidfd_open or pidfd_getfd)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError) as exc:
+        return f"pidfd_open: {exc}"
+    try:
+        for fd in fds:
+            copy = libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+            if copy < 0:
+                return f"pidfd_getfd: {os.strerror(ctypes.get_errno())}"
+            with socket.socket(fileno=copy) as sock:  # closes the copy only
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
+    except OSError as exc:
+        return f"setsockopt: {exc}"
+    finally:
+        os.close(pidfd)
+    return ""
+
+
+def knock(local: tuple[str, int], remote: tuple[str, int], timeout: float) -> tuple[str, str]:
+    """Connect to ``remote`` from ``local`` (the address and port of a connection that was lost),
+    which resets the peer's side of that connection if it still holds it (RFC 793, half-open
+    connection discovery): (outcome, what happened). Outcomes: "answered" (the peer answered: its
+    side is gone now), "silent" (no answer within ``timeout``: the peer is still out of reach),
+    "held" (the port is still held on this host, the old connection closing: try again later),
+    "moot" (the address is no longer this host's, or the old connection closed normally and waits
+    here in TIME_WAIT: nothing to reset)."""
+    family = socket.AF_INET6 if ":" in local[0] else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(local)
+        sock.settimeout(timeout)
+        sock.connect(remote)
+        return "answered", "connected"
+    except socket.timeout:
+        return "silent", f"no answer within {timeout:g} s"
+    except (ConnectionRefusedError, ConnectionResetError) as exc:
+        return "answered", exc.strerror or str(exc)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return "held", exc.strerror or str(exc)
+        if exc.errno == errno.EADDRNOTAVAIL:
+            return "moot", exc.strerror or str(exc)
+        return "silent", exc.strerror or str(exc)
+    finally:
+        sock.close()
 
 
 def resolve(endpoint: str) -> tuple[str, int]:
@@ -528,6 +711,11 @@ class Supervisor:
         self.active: Optional[Entry] = None
         self.active_endpoints: dict[str, str] = {}
         self.seen_connected: set = set()
+        self.armed: set = set()
+        # worker -> local addresses of llama-server's connections to it: now, and lost (to knock from)
+        self.locals: dict[str, set] = {}
+        self.lost: dict[str, list] = {}
+        self.reported_gone: set = set()
         self.healthy = False
         self.health_url = opts.health_url if opts.health_url is not None else health_url(opts.extra)
         self.history: list[frozenset[str]] = []
@@ -542,9 +730,9 @@ class Supervisor:
     def answering(self, endpoints: dict[str, str]) -> frozenset[str]:
         up = set()
         busy = set(self.active.workers) if self.child is not None and self.active else set()
-        remotes = (
-            established_remotes(self.opts.proc_net_tcp) if busy and self.opts.watch_connections else set()
-        )
+        connections = tcp_connections(self.opts.proc_net_tcp) if busy and self.opts.watch_connections else []
+        remotes = {c.remote for c in connections}
+        stalled = {c.remote for c in connections if c.retransmits >= RETRANSMIT_LIMIT}
         if remotes and not self.healthy:
             self.healthy, detail = server_healthy(self.health_url, self.opts.probe_timeout)
             if self.healthy:
@@ -560,23 +748,90 @@ class Supervisor:
                 if not self.opts.watch_connections:
                     up.add(name)
                     continue
-                connected = resolve(endpoint) in remotes
-                if connected:
+                remote = resolve(endpoint)
+                connected = remote in remotes
+                if connected and remote in stalled and name in self.seen_connected:
+                    log(
+                        f"worker {name} ({endpoint}): llama-server's connection to it stalls "
+                        f"({RETRANSMIT_LIMIT} or more retransmissions unanswered)"
+                    )
+                elif connected:
                     if self.healthy:
                         self.seen_connected.add(name)
+                        self.locals[name] = {c.local for c in connections if c.remote == remote}
+                        self.keepalive(name, endpoint, remote, connections)
                     up.add(name)
                 elif name not in self.seen_connected:
                     # Not loaded yet, or not yet seen connected since: the device query's
                     # connection comes and goes before the one llama-server keeps.
                     up.add(name)
-                else:
+                elif name not in self.reported_gone:
+                    self.reported_gone.add(name)
+                    self.worker_state[name] = "gone"  # its return is logged
+                    self.forget_connections([name])
                     log(f"worker {name} ({endpoint}): llama-server's connection to it is gone")
             else:
+                if self.lost.get(name) and not self.knock_lost(name, endpoint):
+                    continue
                 ok, detail = rpc_hello(endpoint, self.opts.probe_timeout)
                 self.note_worker(name, endpoint, ok, detail)
                 if ok:
+                    self.lost.pop(name, None)  # its rpc-server accepted this probe: nothing holds it
                     up.add(name)
         return frozenset(up)
+
+    def keepalive(self, name: str, endpoint: str, remote: tuple[str, int], connections: list) -> None:
+        """Set keepalive on llama-server's connections to ``remote`` not done yet (logged once each)."""
+        if not self.opts.keepalive or self.child is None:
+            return
+        fds = socket_fds(self.child.pid)
+        todo = [c.inode for c in connections if c.remote == remote and c.inode in fds]
+        todo = [inode for inode in todo if inode not in self.armed]
+        if not todo:
+            return
+        self.armed.update(todo)
+        error = set_keepalive(self.child.pid, [fds[inode] for inode in todo])
+        if error:
+            log(
+                f"worker {name} ({endpoint}): cannot set TCP keepalive on llama-server's connection "
+                f"({error}); a silent loss is seen only once a request stalls"
+            )
+        else:
+            bound = KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT
+            log(
+                f"worker {name} ({endpoint}): TCP keepalive on llama-server's connection: a silent "
+                f"loss resets it within about {bound} s idle, {USER_TIMEOUT_MS // 1000} s under a request"
+            )
+
+    def forget_connections(self, workers) -> None:
+        """llama-server's connections to ``workers`` are gone (or going): remember their local
+        addresses, to reset the workers' sides of them before the workers are probed again."""
+        for name in workers:
+            gone = self.locals.pop(name, set())
+            if gone:
+                kept = [local for local in self.lost.get(name, []) if local not in gone]
+                self.lost[name] = (kept + sorted(gone))[-KNOCK_KEEP:]
+
+    def knock_lost(self, name: str, endpoint: str) -> bool:
+        """Reset the worker's side of llama-server's lost connections to it (``knock``); False when
+        the worker does not answer yet (it is down: no HELLO is tried)."""
+        remote = resolve(endpoint)
+        for local in list(self.lost.get(name, [])):
+            outcome, detail = knock(local, remote, KNOCK_TIMEOUT)
+            if outcome == "silent":
+                self.note_worker(name, endpoint, False, f"no TCP answer ({detail})")
+                return False
+            if outcome == "held":
+                continue
+            self.lost[name].remove(local)
+            if outcome == "answered" and detail == "connected":
+                log(
+                    f"worker {name} ({endpoint}): connected from the address of llama-server's lost "
+                    f"connection ({local[0]}:{local[1]}), which frees rpc-server if it still held that connection"
+                )
+        if not self.lost.get(name):
+            self.lost.pop(name, None)
+        return True
 
     def note_worker(self, name: str, endpoint: str, ok: bool, detail: str) -> None:
         """Log a worker's probe result by name whenever it changes (up, or why it is down)."""
@@ -626,6 +881,9 @@ class Supervisor:
         self.active = entry
         self.active_endpoints = endpoints
         self.seen_connected = set()
+        self.armed = set()
+        self.locals = {}
+        self.reported_gone = set()
         self.healthy = False
         self.starts += 1
         self.write_state("running")
@@ -634,6 +892,7 @@ class Supervisor:
         if self.child is None:
             return
         log(f"stop llama-server (pid {self.child.pid}): {why}")
+        self.forget_connections(list(self.locals))
         if self.child.poll() is None:
             self.child.send_signal(signal.SIGTERM)
             try:
@@ -670,6 +929,7 @@ class Supervisor:
     def step(self, now: float) -> None:
         if self.child is not None and self.child.poll() is not None:
             log(f"llama-server exited with {self.child.returncode} (serving {names(self.active.workers)})")
+            self.forget_connections(list(self.locals))
             self.child = None
             self.active = None
             self.history = []
@@ -757,6 +1017,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=None,
         help="llama-server's health URL; the connection watch starts once it answers 200 "
         "(default: from --host and --port after --)",
+    )
+    parser.add_argument(
+        "--no-keepalive",
+        dest="keepalive",
+        action="store_false",
+        help="do not set TCP keepalive on llama-server's connections to the workers (pidfd_getfd)",
     )
     parser.add_argument("--proc-net-tcp", nargs="*", default=["/proc/net/tcp", "/proc/net/tcp6"])
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments added for llama-server")

@@ -34,6 +34,8 @@ _spec.loader.exec_module(sup)
 NS = "llmfleet"
 LABELS = {"app.kubernetes.io/name": "llama-rpc-server", "app.kubernetes.io/part-of": "llmfleet"}
 SELECTOR = "app.kubernetes.io/name=llama-rpc-server,app.kubernetes.io/part-of=llmfleet"
+# The DaemonSet (one per architecture) that controls the rpc-server pods.
+OWNER = "llama-rpc-server-amd64"
 # Where the plan (computed from the inventory) thinks the workers are: never contacted here.
 PLANNED = {"w1": "10.255.0.1:50052", "w2": "10.255.0.2:50052"}
 
@@ -66,20 +68,22 @@ def make_plan() -> dict:
 def test_pod_endpoints_keeps_ready_pods_on_planned_nodes_with_their_rpc_port() -> None:
     pods = {
         "items": [
-            pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS),
-            pod("w2", "10.42.2.9", 6000, namespace=NS, labels=LABELS),
-            pod("stranger", "10.42.3.3", 50052, namespace=NS, labels=LABELS),
+            pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS, owner=OWNER),
+            pod("w2", "10.42.2.9", 6000, namespace=NS, labels=LABELS, owner=OWNER),
+            pod("stranger", "10.42.3.3", 50052, namespace=NS, labels=LABELS, owner=OWNER),
         ]
     }
     assert sup.pod_endpoints(pods, PLANNED) == {"w1": "10.42.1.7:50052", "w2": "10.42.2.9:6000"}
 
 
 def test_pod_endpoints_leaves_out_unready_deleting_and_addressless_pods() -> None:
-    addressless = pod("w2", "", 50052, namespace=NS, labels=LABELS)
+    addressless = pod("w2", "", 50052, namespace=NS, labels=LABELS, owner=OWNER)
     pods = {
         "items": [
-            pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS, ready=False),
-            pod("w1", "10.42.1.8", 50052, namespace=NS, labels=LABELS, deleting=True, name="old"),
+            pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS, owner=OWNER, ready=False),
+            pod(
+                "w1", "10.42.1.8", 50052, namespace=NS, labels=LABELS, owner=OWNER, deleting=True, name="old"
+            ),
             addressless,
         ]
     }
@@ -89,18 +93,65 @@ def test_pod_endpoints_leaves_out_unready_deleting_and_addressless_pods() -> Non
 def test_pod_endpoints_newest_ready_pod_of_a_node_wins_and_ipv6_is_bracketed() -> None:
     pods = {
         "items": [
-            pod("w1", "10.42.1.9", 50052, namespace=NS, labels=LABELS, created="2026-11-30T07:00:00Z"),
-            pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS, created="2026-11-30T06:00:00Z"),
-            pod("w2", "fd00::5", 50052, namespace=NS, labels=LABELS),
+            pod(
+                "w1",
+                "10.42.1.9",
+                50052,
+                namespace=NS,
+                labels=LABELS,
+                owner=OWNER,
+                created="2026-11-30T07:00:00Z",
+            ),
+            pod(
+                "w1",
+                "10.42.1.7",
+                50052,
+                namespace=NS,
+                labels=LABELS,
+                owner=OWNER,
+                created="2026-11-30T06:00:00Z",
+            ),
+            pod("w2", "fd00::5", 50052, namespace=NS, labels=LABELS, owner=OWNER),
         ]
     }
     assert sup.pod_endpoints(pods, PLANNED) == {"w1": "10.42.1.9:50052", "w2": "[fd00::5]:50052"}
 
 
 def test_pod_endpoints_falls_back_to_the_planned_port_without_a_named_port() -> None:
-    p = pod("w1", "10.42.1.7", 7777, namespace=NS, labels=LABELS)
+    p = pod("w1", "10.42.1.7", 7777, namespace=NS, labels=LABELS, owner=OWNER)
     p["spec"]["containers"][0]["ports"][0]["name"] = "other"
     assert sup.pod_endpoints({"items": [p]}, PLANNED) == {"w1": "10.42.1.7:50052"}
+
+
+def test_pod_endpoints_keeps_only_pods_the_fleets_daemonsets_control() -> None:
+    """Labels are anyone's to set: a Ready pod with the right labels on a planned node counts only
+    when its controller is one of the rpc-server DaemonSets (apps/v1)."""
+    owners = frozenset({OWNER})
+    hand_made = pod("w1", "10.42.1.66", 50052, namespace=NS, labels=LABELS)
+    replica = pod(
+        "w1", "10.42.1.67", 50052, namespace=NS, labels=LABELS, owner=OWNER, owner_kind="ReplicaSet"
+    )
+    other_ds = pod("w1", "10.42.1.68", 50052, namespace=NS, labels=LABELS, owner="someone-elses-ds")
+    not_controller = pod("w1", "10.42.1.69", 50052, namespace=NS, labels=LABELS, owner=OWNER)
+    not_controller["metadata"]["ownerReferences"][0]["controller"] = False
+    old_api = pod("w1", "10.42.1.70", 50052, namespace=NS, labels=LABELS, owner=OWNER)
+    old_api["metadata"]["ownerReferences"][0]["apiVersion"] = "extensions/v1beta1"
+    strangers = [hand_made, replica, other_ds, not_controller, old_api]
+    for stranger in strangers:
+        stranger["metadata"]["creationTimestamp"] = "2026-12-01T00:00:00Z"  # newer: would win
+    real = pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS, owner=OWNER)
+    assert sup.pod_endpoints({"items": [*strangers, real]}, PLANNED, owners) == {"w1": "10.42.1.7:50052"}
+    assert sup.pod_endpoints({"items": strangers}, PLANNED, owners) == {}
+
+
+def test_discovery_follows_only_the_daemonsets_pods(api, tmp_path) -> None:
+    sa = api.service_account(tmp_path / "sa", NS)
+    api.pods = [
+        pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS, owner=OWNER),
+        pod("w2", "10.42.2.66", 50052, namespace=NS, labels=LABELS),  # made by hand, same labels
+    ]
+    found = sup.KubernetesDiscovery(make_plan(), discovery_env(api, sa)).endpoints()
+    assert found == {"w1": "10.42.1.7:50052"}
 
 
 # ------------------------------------------------------------------------- KubernetesDiscovery
@@ -113,15 +164,20 @@ def api(tmp_path):
 
 
 def discovery_env(api: FakeKubeApi, sa_dir: Path) -> dict[str, str]:
-    return {**api.env(), "LLMFLEET_K8S_SA_DIR": str(sa_dir), "LLMFLEET_K8S_SELECTOR": SELECTOR}
+    return {
+        **api.env(),
+        "LLMFLEET_K8S_SA_DIR": str(sa_dir),
+        "LLMFLEET_K8S_SELECTOR": SELECTOR,
+        "LLMFLEET_K8S_OWNERS": f"{OWNER},llama-rpc-server-arm64",
+    }
 
 
 def test_discovery_lists_pods_of_its_namespace_by_selector_with_the_token(api, tmp_path) -> None:
     sa = api.service_account(tmp_path / "sa", NS)
     api.pods = [
-        pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS),
-        pod("w2", "10.42.2.9", 50052, namespace=NS, labels=LABELS),
-        pod("w2", "10.42.9.9", 50052, namespace="other", labels=LABELS),
+        pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS, owner=OWNER),
+        pod("w2", "10.42.2.9", 50052, namespace=NS, labels=LABELS, owner=OWNER),
+        pod("w2", "10.42.9.9", 50052, namespace="other", labels=LABELS, owner=OWNER),
         pod("w1", "10.42.8.8", 50052, namespace=NS, labels={"app.kubernetes.io/name": "else"}),
     ]
     found = sup.KubernetesDiscovery(make_plan(), discovery_env(api, sa)).endpoints()
@@ -133,7 +189,7 @@ def test_discovery_lists_pods_of_its_namespace_by_selector_with_the_token(api, t
 
 def test_discovery_keeps_the_last_answer_when_the_api_fails(api, tmp_path, capsys) -> None:
     sa = api.service_account(tmp_path / "sa", NS)
-    api.pods = [pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS)]
+    api.pods = [pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS, owner=OWNER)]
     disc = sup.KubernetesDiscovery(make_plan(), discovery_env(api, sa))
     assert disc.endpoints() == {"w1": "10.42.1.7:50052"}
     api.down = True
@@ -148,7 +204,7 @@ def test_discovery_refuses_a_server_its_ca_does_not_sign(api, tmp_path, capsys) 
     sa = api.service_account(tmp_path / "sa", NS)
     other_cert, _unused = self_signed("127.0.0.1", tmp_path / "other")
     (sa / "ca.crt").write_bytes(other_cert.read_bytes())
-    api.pods = [pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS)]
+    api.pods = [pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS, owner=OWNER)]
     assert sup.KubernetesDiscovery(make_plan(), discovery_env(api, sa)).endpoints() == {}
     assert "CERTIFICATE_VERIFY_FAILED" in capsys.readouterr().err
 
@@ -156,19 +212,26 @@ def test_discovery_refuses_a_server_its_ca_does_not_sign(api, tmp_path, capsys) 
 def test_discovery_with_a_wrong_token_finds_nothing(api, tmp_path) -> None:
     sa = api.service_account(tmp_path / "sa", NS)
     (sa / "token").write_text("stolen")
-    api.pods = [pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS)]
+    api.pods = [pod("w1", "10.42.1.7", 50052, namespace=NS, labels=LABELS, owner=OWNER)]
     assert sup.KubernetesDiscovery(make_plan(), discovery_env(api, sa)).endpoints() == {}
 
 
 def test_discovery_needs_the_api_host_and_a_selector(tmp_path) -> None:
     with pytest.raises(sup.SupervisorError, match="KUBERNETES_SERVICE_HOST"):
-        sup.KubernetesDiscovery(make_plan(), {"LLMFLEET_K8S_SELECTOR": SELECTOR})
+        sup.KubernetesDiscovery(
+            make_plan(), {"LLMFLEET_K8S_SELECTOR": SELECTOR, "LLMFLEET_K8S_OWNERS": OWNER}
+        )
+    with pytest.raises(sup.SupervisorError, match="LLMFLEET_K8S_OWNERS"):
+        sup.KubernetesDiscovery(
+            make_plan(), {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "LLMFLEET_K8S_SELECTOR": SELECTOR}
+        )
     with pytest.raises(sup.SupervisorError, match="cannot read"):
         sup.KubernetesDiscovery(
             make_plan(),
             {
                 "KUBERNETES_SERVICE_HOST": "127.0.0.1",
                 "LLMFLEET_K8S_SELECTOR": SELECTOR,
+                "LLMFLEET_K8S_OWNERS": OWNER,
                 "LLMFLEET_K8S_SA_DIR": str(tmp_path / "none"),
             },
         )
@@ -213,8 +276,8 @@ def test_supervisor_runs_llama_server_on_the_discovered_pods_in_plan_order(api, 
     w1, w2 = listener(), listener()
     p1, p2 = w1.getsockname()[1], w2.getsockname()[1]
     api.pods = [
-        pod("w1", "127.0.0.1", p1, namespace=NS, labels=LABELS),
-        pod("w2", "127.0.0.1", p2, namespace=NS, labels=LABELS),
+        pod("w1", "127.0.0.1", p1, namespace=NS, labels=LABELS, owner=OWNER),
+        pod("w2", "127.0.0.1", p2, namespace=NS, labels=LABELS, owner=OWNER),
     ]
     (tmp_path / "plan.json").write_text(json.dumps(make_plan()))
     (tmp_path / "fake.py").write_text(FAKE_SERVER)
