@@ -236,9 +236,18 @@ def wait_full_fleet(plan: dict, key: str, limit: float, after_starts: int = -1) 
     return time.monotonic() - start
 
 
+# ---- drill 4 (issue #31 item 3, the firewall does not fail open): begin -------------------------
+
+
+def table(host: str) -> str:
+    return sh(host, "nft list table inet llmfleet 2>&1", check=False)
+
+
 def test_drill4_the_firewall_does_not_fail_open(plan: dict, api_key: str) -> None:
-    """Issue #31 item 3: rpc-server runs only while its firewall unit runs, a table that does not
-    load keeps rpc-server down, and systemd's own filter holds after a flush where it can be attached."""
+    """Issue #31 item 3: the firewall unit's nft process owns table inet llmfleet (`flags owner`), so
+    a flush or someone else's delete leaves it, and rpc-server runs only while that process holds it:
+    stopped or killed, rpc-server stops and the table goes; a table that does not load keeps
+    rpc-server down. Before, a flush opened the port on these (cgroup v1) hosts."""
     worker, other = plan["workers"][-1], plan["workers"][0]
     show = sh(worker, f"systemctl show -p IPAddressDeny -p IPAddressAllow {RPC_UNIT}").split()
     print(f"\ndrill 4: {worker}'s rpc-server unit: {show}")
@@ -252,41 +261,88 @@ def test_drill4_the_firewall_does_not_fail_open(plan: dict, api_key: str) -> Non
     print(
         f"drill 4: cgroup2 mounts in the container: {cgroup2} (0: systemd cannot attach IPAddressDeny here)"
     )
+    holder = sh(worker, f"systemctl show -p MainPID --value {FIREWALL_UNIT}").strip()
+    print(
+        f"drill 4: {FIREWALL_UNIT} holds the table: pid {holder} ({sh(worker, f'cat /proc/{holder}/comm').strip()})"
+    )
+    assert "flags owner" in table(worker), table(worker)
 
-    # 1. Debian's nftables.service flushes the whole ruleset: systemd's filter (IPAddressDeny) is
-    # what holds then; where it cannot be attached (cgroup v1 only) the port is open until the
-    # table is loaded again: measured and printed, asserted only where cgroup2 exists
+    # 1. Debian's nftables.service flushes the whole ruleset; an administrator deletes the table:
+    # the table stays, the port still refuses a non-head peer, the head still reaches it
     sh(worker, "nft flush ruleset")
-    after = reach(other, plan, worker)
-    print(f"drill 4: after 'nft flush ruleset': {other} -> {worker}: {after}")
-    if cgroup2 != "0":
-        assert after.startswith("closed"), f"{other} reached {worker} after a flush"
-    sh(worker, f"systemctl reload {FIREWALL_UNIT}")
-    assert reach(other, plan, worker).startswith("closed")
+    after = table(worker)
+    delete = subprocess.run(
+        ["podman", "exec", worker, "nft", "delete", "table", "inet", "llmfleet"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    results = {
+        "table after flush": "loaded" if "counter" in after and "drop" in after else after,
+        "foreign delete": f"rc {delete.returncode}: {delete.stderr.strip().splitlines()[:1]}",
+        f"{other} -> {worker}": reach(other, plan, worker),
+        f"{HEAD} -> {worker}": reach(HEAD, plan, worker),
+        "units": (active(worker, FIREWALL_UNIT), active(worker, RPC_UNIT)),
+    }
+    for key, value in results.items():
+        print(f"drill 4: after 'nft flush ruleset' and 'nft delete table': {key}: {value}")
+    assert results["table after flush"] == "loaded", after
+    assert delete.returncode != 0 and "Operation not permitted" in delete.stderr
+    assert results[f"{other} -> {worker}"].startswith("closed"), f"{other} reached {worker} after a flush"
+    assert results[f"{HEAD} -> {worker}"] == "open"
+    assert results["units"] == ("active", "active")
 
     # 2. stopping the firewall unit stops rpc-server first (BindsTo=), then the table goes
     sh(worker, f"systemctl stop {FIREWALL_UNIT}")
-    states = (active(worker, RPC_UNIT), active(worker, FIREWALL_UNIT))
-    print(f"drill 4: firewall unit stopped: rpc-server {states[0]}, firewall {states[1]}")
-    assert states[0] != "active"
-
-    # 3. a table that does not load: rpc-server does not start (Requires=)
-    sh(
-        worker,
-        "cp /etc/llmfleet/firewall.nft /root/firewall.nft.good && echo 'table inet llmfleet { nonsense }' > /etc/llmfleet/firewall.nft",
+    states = (active(worker, RPC_UNIT), active(worker, FIREWALL_UNIT), "flags owner" in table(worker))
+    print(
+        f"drill 4: firewall unit stopped: rpc-server {states[0]}, firewall {states[1]}, table loaded {states[2]}"
     )
-    try:
-        sh(worker, f"systemctl start {RPC_UNIT}", check=False)
-        time.sleep(2)
-        states = (active(worker, RPC_UNIT), active(worker, FIREWALL_UNIT))
-        print(f"drill 4: with a ruleset nft refuses: rpc-server {states[0]}, firewall {states[1]}")
-        assert states[0] != "active", "rpc-server started although its firewall did not load"
-    finally:
-        sh(worker, "cp /root/firewall.nft.good /etc/llmfleet/firewall.nft && systemctl reset-failed")
+    assert states == ("inactive", "inactive", False)
+
+    # 3. the holder dies (killed): rpc-server stops with it, the table is gone
     sh(worker, f"systemctl start {RPC_UNIT}")
     assert (active(worker, RPC_UNIT), active(worker, FIREWALL_UNIT)) == ("active", "active")
+    sh(worker, f"systemctl kill -s KILL {FIREWALL_UNIT}")
+    time.sleep(2)
+    states = (active(worker, RPC_UNIT), active(worker, FIREWALL_UNIT), "flags owner" in table(worker))
+    print(
+        f"drill 4: firewall holder killed: rpc-server {states[0]}, firewall {states[1]}, table loaded {states[2]}"
+    )
+    assert states[0] != "active" and states[1] != "active" and not states[2]
+
+    # 4. a table that does not load: rpc-server does not start (Requires=), nothing listens
+    sh(
+        worker,
+        "cp /etc/llmfleet/firewall.nft /root/firewall.nft.good && echo 'add table inet llmfleet { flags owner; } ; add chain inet llmfleet input { nonsense }' > /etc/llmfleet/firewall.nft",
+    )
+    try:
+        sh(worker, "systemctl reset-failed")
+        sh(worker, f"systemctl start {RPC_UNIT}", check=False, timeout=90)
+        time.sleep(2)
+        states = (active(worker, RPC_UNIT), active(worker, FIREWALL_UNIT), reach(other, plan, worker))
+        print(
+            f"drill 4: with a table nft refuses: rpc-server {states[0]}, firewall {states[1]}, {other} -> {worker}: {states[2]}"
+        )
+        assert states[0] != "active", "rpc-server started although its firewall did not load"
+        assert states[1] != "active"
+    finally:
+        sh(worker, "cp /root/firewall.nft.good /etc/llmfleet/firewall.nft && systemctl reset-failed")
+
+    # 5. a restart of the firewall unit (a changed table) restarts rpc-server with it (PartOf=)
+    sh(worker, f"systemctl start {RPC_UNIT}")
+    before = sh(worker, f"systemctl show -p MainPID --value {RPC_UNIT}").strip()
+    sh(worker, f"systemctl restart {FIREWALL_UNIT}")
+    after_pid = sh(worker, f"systemctl show -p MainPID --value {RPC_UNIT}").strip()
+    print(f"drill 4: firewall restarted: rpc-server pid {before} -> {after_pid}")
+    assert after_pid not in ("0", before)
+    assert (active(worker, RPC_UNIT), active(worker, FIREWALL_UNIT)) == ("active", "active")
+    assert "flags owner" in table(worker)
     back = wait_full_fleet(plan, api_key, 150)
     print(f"drill 4: the fleet served every worker again {back:.1f} s after rpc-server came back")
+
+
+# ---- drill 4: end ------------------------------------------------------------------------------
 
 
 def test_drill5_a_silent_partition_is_seen_while_idle(plan: dict, api_key: str) -> None:

@@ -131,10 +131,18 @@ def test_head_unit_runs_the_supervisor_with_key_file_and_metrics() -> None:
     assert directive(unit, "KillMode") == ["mixed"]
 
 
+def nft_rules(ruleset: str) -> list[str]:
+    """The rules of the one command line (the firewall unit's `nft -i` reads a line per transaction)."""
+    (line,) = [line for line in ruleset.splitlines() if line.strip() and not line.startswith("#")]
+    prefix = "add rule inet llmfleet input "
+    return [c.removeprefix(prefix) for c in line.split(" ; ") if c.startswith(prefix)]
+
+
 def test_firewall_admits_only_the_head() -> None:
     ruleset = render("systemd/firewall.nft.j2", "w1")
-    rules = [line.strip() for line in ruleset.splitlines() if "dport" in line]
-    assert rules == ["tcp dport 50052 ip saddr 10.9.0.2 accept", "tcp dport 50052 counter drop"]
+    assert nft_rules(ruleset) == ["tcp dport 50052 ip saddr 10.9.0.2 accept", "tcp dport 50052 counter drop"]
+    # one transaction, the table owned by the nft process that loads it (the firewall unit's)
+    assert ruleset.splitlines()[-1].startswith("add table inet llmfleet { flags owner; } ; add chain")
 
 
 # WireGuard: the plan's worker addresses are tunnel addresses; the head's tunnel address comes from
@@ -147,8 +155,7 @@ TUNNEL = {
 
 def test_firewall_admits_only_the_heads_tunnel_address_on_the_tunnel() -> None:
     ruleset = render("systemd/firewall.nft.j2", "w1", TUNNEL)
-    rules = [line.strip() for line in ruleset.splitlines() if "dport" in line]
-    assert rules == [
+    assert nft_rules(ruleset) == [
         'iifname "llmfleet" tcp dport 50052 ip saddr 10.213.0.9 accept',
         "tcp dport 50052 counter drop",
     ]
@@ -247,10 +254,17 @@ def test_systemd_itself_admits_only_the_head(extra: dict, peer: str) -> None:
         assert directive(unit, "IPAddressAllow") == [peer]
 
 
-def test_the_firewall_unit_loads_the_table_before_rpc_server() -> None:
+def test_the_firewall_unit_holds_the_table_before_rpc_server() -> None:
     unit = render("systemd/llmfleet-firewall.service.j2", "w1")
-    assert directive(unit, "ExecStart") == ["/usr/sbin/nft -f /etc/llmfleet/firewall.nft"]
+    # a long-running nft -i reading the table's file (test_firewall_holder.py runs these lines)
+    assert directive(unit, "Type") == ["simple"]
+    (start,) = directive(unit, "ExecStart")
+    assert "exec /usr/sbin/nft -i" in start and start.endswith(" /etc/llmfleet/firewall.nft")
+    assert len(directive(unit, "ExecStartPost")) == 1
+    assert not directive(unit, "ExecReload")  # a changed table: a restart, rpc-server with it
     assert "llmfleet-rpc-server.service" in directive(unit, "Before")[0].split()
+    worker = render("systemd/llmfleet-rpc-server.service.j2", "w1")
+    assert directive(worker, "PartOf") == ["llmfleet-firewall.service"]
 
 
 def test_a_measuring_rpc_server_stops_by_itself() -> None:
