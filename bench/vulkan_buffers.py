@@ -78,11 +78,14 @@ def env() -> dict:
     return dict(os.environ, GGML_NO_BACKTRACE="1", GGML_VK_VISIBLE_DEVICES="0")
 
 
-def start(cmd: list[str], log: str) -> subprocess.Popen:
+def start(cmd: list[str], log: str, vulkan: bool = True) -> subprocess.Popen:
     out = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed with the process
     # stdout line-buffered: the rpc-server prints its devices there and is stopped with a signal
     return subprocess.Popen(
-        ["nice", "-n", "19", "stdbuf", "-oL", *cmd], stdout=out, stderr=subprocess.STDOUT, env=env()
+        ["nice", "-n", "19", "stdbuf", "-oL", *cmd],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env() if vulkan else {k: v for k, v in env().items() if k != "GGML_VK_VISIBLE_DEVICES"},
     )
 
 
@@ -243,7 +246,9 @@ def run_case(args: argparse.Namespace, case: tuple, tmp: str) -> dict:
     cmd += llama_args
     slog = os.path.join(tmp, f"{tag}-server.log")
     started = time.monotonic()
-    server = start(cmd, slog)
+    # an rpc case's head sees no Vulkan device of its own (it would take layers: llama-server
+    # uses every device it sees), a head case's does
+    server = start(cmd, slog, vulkan=not rpc_devices)
     ok = wait_health(server, args.timeout)
     text = ""
     if ok:
