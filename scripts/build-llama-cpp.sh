@@ -4,11 +4,17 @@
 # release builds (RPC on, native off, backends loaded at run time, no web UI
 # download), and pack the result exactly like a release tarball:
 #   llama-<tag>-bin-<flavour>.tar.gz  with one top folder  llama-<tag>/
+# `build-llama-cpp.sh` builds the CPU flavour (ubuntu-x64); `build-llama-cpp.sh vulkan` the Vulkan
+# one (ubuntu-vulkan-x64: the same flags plus -DGGML_VULKAN=ON, its own entry, linked as
+# $CACHE/llama.cpp-vulkan and $CACHE/dist-vulkan). The Vulkan build needs glslc, spirv-headers and the Vulkan
+# loader (scripts/host-setup.sh) and headers newer than bookworm's 1.3.239 (the pinned source uses
+# VK_EXT_layer_settings): Debian trixie's libvulkan-dev, one .deb pinned by sha256 below, only its
+# headers used (the loader at run time is the host's libvulkan1).
 # Built once per machine into the artifact cache (scripts/artifact-cache.py), keyed by this
 # script (the sdist pin, the tag, the flags), the architecture and the compiler's and cmake's
 # versions; a second run, from any checkout on the machine, only verifies the entry and links:
-#   $CACHE/llama.cpp -> ENTRY  (ENTRY/bin/: the binaries and libraries)
-#   $CACHE/dist      -> ENTRY/dist/  llama-<tag>-bin-<flavour>.tar.gz (+ .sha256)
+#   $CACHE/llama.cpp -> ENTRY  (ENTRY/bin/: the binaries and libraries; llama.cpp-vulkan for Vulkan)
+#   $CACHE/dist      -> ENTRY/dist/ (dist-vulkan for Vulkan)  llama-<tag>-bin-<flavour>.tar.gz (+ .sha256)
 #                                    llama.cpp-<tag>-src.tar.gz (+ .sha256)  pinned source tarball
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,16 +23,28 @@ PY=${PY:-python3}
 SDIST_VERSION=0.3.36
 SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 TAG=${LLAMA_TAG:-b0c1e570}
-case "$(uname -m)" in
-  x86_64) FLAVOUR=ubuntu-x64 ;;
-  aarch64) FLAVOUR=ubuntu-arm64 ;;
-  *) echo "no release flavour for $(uname -m)" >&2; exit 1 ;;
+BACKEND=${1:-cpu}
+VK_HEADERS_URL=https://deb.debian.org/debian/pool/main/v/vulkan-loader/libvulkan-dev_1.4.309.0-1_amd64.deb
+VK_HEADERS_SHA256=8d329d465e16168afff58b1bd0dd6db46aac2cc3f56054a481b25a04e90b345a
+case "$BACKEND/$(uname -m)" in
+  cpu/x86_64) FLAVOUR=ubuntu-x64 SUFFIX= ;;
+  cpu/aarch64) FLAVOUR=ubuntu-arm64 SUFFIX= ;;
+  vulkan/x86_64) FLAVOUR=ubuntu-vulkan-x64 SUFFIX=-vulkan ;;
+  *) echo "build-llama-cpp: no release flavour for backend '$BACKEND' on $(uname -m) (cpu, vulkan)" >&2; exit 1 ;;
 esac
 if [[ -z ${LLMFLEET_ENTRY:-} ]]; then
+  TOOLS=()
+  if [[ $BACKEND == vulkan ]]; then
+    for tool in glslc dpkg-deb; do
+      command -v "$tool" >/dev/null || { echo "build-llama-cpp: $tool missing (scripts/host-setup.sh)" >&2; exit 1; }
+    done
+    TOOLS=(--text="$(glslc --version | head -1)" --text="vulkan-loader=$(dpkg-query -W -f='${Version}' libvulkan-dev)"
+           --text="spirv-headers=$(dpkg-query -W -f='${Version}' spirv-headers)")
+  fi
   exec python3 "$ROOT/scripts/artifact-cache.py" ensure "llama.cpp-$FLAVOUR" --file "$ROOT/scripts/build-llama-cpp.sh" \
     --text="tag=$TAG arch=$(uname -m)" --text="$(c++ --version | head -1)" --text="$(cmake --version | head -1)" \
-    --text="ninja=$(ninja --version 2>/dev/null || echo none)" \
-    --link "$CACHE/llama.cpp=." --link "$CACHE/dist=dist" -- bash "$ROOT/scripts/build-llama-cpp.sh"
+    --text="ninja=$(ninja --version 2>/dev/null || echo none)" "${TOOLS[@]}" \
+    --link "$CACHE/llama.cpp$SUFFIX=." --link "$CACHE/dist$SUFFIX=dist" -- bash "$ROOT/scripts/build-llama-cpp.sh" "$BACKEND"
 fi
 # The builder: everything goes into $LLMFLEET_ENTRY (renamed to the entry when this exits 0).
 BIN=$LLMFLEET_ENTRY/bin
@@ -49,12 +67,23 @@ tar -C "$BUILD" --transform "s,^llama.cpp,llama.cpp-$TAG," \
 (cd "$DIST" && sha256sum "$(basename "$SRC_TARBALL")" > "$(basename "$SRC_TARBALL").sha256")
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
+EXTRA=()
+TARGETS=(ggml-rpc-server llama-server ggml-cpu ggml-rpc)
+if [[ $BACKEND == vulkan ]]; then
+  # The headers only: fetched (bounded), checked against the pin, unpacked beside the source.
+  curl -fsSL --max-time 300 --max-filesize 16777216 -o "$BUILD/libvulkan-dev.deb" "$VK_HEADERS_URL"
+  echo "$VK_HEADERS_SHA256  $BUILD/libvulkan-dev.deb" | sha256sum -c --quiet -
+  dpkg-deb -x "$BUILD/libvulkan-dev.deb" "$BUILD/vk"
+  EXTRA=(-DGGML_VULKAN=ON -DVulkan_INCLUDE_DIR="$BUILD/vk/usr/include" -DCMAKE_CXX_FLAGS="-isystem $BUILD/vk/usr/include")
+  TARGETS+=(ggml-vulkan)
+fi
 # $ORIGIN is for the dynamic linker (the binaries find their libraries beside them), not the shell.
 # shellcheck disable=SC2016
 cmake -S "$WORK" -B "$WORK/build" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_RPC=ON -DGGML_NATIVE=OFF \
   -DGGML_BACKEND_DL=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-  -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DCMAKE_INSTALL_RPATH='$ORIGIN' -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON >/dev/null
-cmake --build "$WORK/build" -j"$(nproc)" --target ggml-rpc-server llama-server ggml-cpu ggml-rpc
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DCMAKE_INSTALL_RPATH='$ORIGIN' -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
+  "${EXTRA[@]}" >/dev/null
+cmake --build "$WORK/build" -j"$(nproc)" --target "${TARGETS[@]}"
 cp -a "$WORK/build/bin/." "$BIN/"
 cp "$WORK/LICENSE" "$BIN/LICENSE" 2>/dev/null || true
 STAGE=$BUILD/stage && mkdir -p "$STAGE/llama-$TAG"

@@ -6,7 +6,10 @@ set -euo pipefail
 CACHE=${CACHE:-$(cd "$(dirname "$0")/.." && pwd)/.cache}
 PKGS=(podman runc crun fuse-overlayfs slirp4netns uidmap debootstrap containernetworking-plugins
       iptables netavark aardvark-dns cmake ninja-build g++ make curl ca-certificates python3-venv
-      nftables chromium prometheus shellcheck tcpdump)
+      nftables chromium prometheus shellcheck tcpdump
+      glslc spirv-headers libvulkan-dev mesa-vulkan-drivers vulkan-tools)
+# glslc spirv-headers libvulkan-dev: llama.cpp's Vulkan flavour (scripts/build-llama-cpp.sh vulkan);
+# mesa-vulkan-drivers (lavapipe, a Vulkan device on the CPU) and vulkan-tools (vulkaninfo): running it.
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
