@@ -195,7 +195,7 @@ def run(
     (keep_previous's verdict), ``speed`` (the figures: ``speed``, ``source``, ``remeasure``) and
     ``lines`` (the table, the verdict and the plan's warnings, as the role prints them).
     """
-    names = [head] + [w for w in workers or []]
+    names = [head, *list(workers or [])]
     if profile is None:
         figures: Dict[str, Any] = {"speed": {}, "source": {}, "remeasure": []}
     else:
