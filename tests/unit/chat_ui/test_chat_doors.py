@@ -124,11 +124,15 @@ def test_parallel_guesses_are_counted_too(upstream: FakeUpstream) -> None:
                 answers.append(status)
 
         threads = [threading.Thread(target=guess, args=(i,)) for i in range(50)]
+        started = time.monotonic()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-    assert answers.count(401) <= 11 and len(answers) == 50, sorted(answers)
+        elapsed = time.monotonic() - started
+    # 10 guesses, then one more per 6 s: on a loaded machine the 50 may take long enough to earn some
+    refilled = int(elapsed // 6) + 1
+    assert answers.count(401) <= 10 + refilled and len(answers) == 50, (elapsed, sorted(answers))
 
 
 def test_behind_a_trusted_proxy_the_forwarded_client_is_counted(upstream: FakeUpstream) -> None:
