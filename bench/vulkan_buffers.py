@@ -11,8 +11,8 @@ Runs the Vulkan flavour (``make vulkan-artifacts``: ``.cache/llama.cpp-vulkan/bi
 - ``head`` cases: llama-server with its own Vulkan device (``--device Vulkan0 -ngl N``), no RPC.
 
 For every device it reads llama.cpp's own report (llama-server ``-v``: the model, KV and compute
-buffers per device, as ``-lv 4`` prints them, and the debug lines saying which layers went where) and sets beside it what ``plugins/plugin_utils/memory_model.py``
-(the CPU calibration of the pinned build) predicts for exactly those layers, and it records the
+buffers per device, as ``-lv 4`` prints them, and the debug lines saying which layers went
+where) and sets beside it what ``plugins/plugin_utils/memory_model.py`` (the CPU calibration of the pinned build) predicts for exactly those layers, and it records the
 rpc-server's resident memory at rest and at its peak (lavapipe's "VRAM" is that process's memory).
 
     python bench/vulkan_buffers.py [--bin DIR] [--models DIR] [--only NAME] [--json OUT] [--md OUT]
@@ -329,7 +329,7 @@ def markdown(listing: dict[str, str], results: list[dict]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--bin", default=os.path.join(CACHE, "llama.cpp-vulkan", "bin"))
     parser.add_argument("--models", default=os.path.join(CACHE, "models"))
     parser.add_argument("--only", default="")

@@ -314,7 +314,8 @@ def test_drill4_the_firewall_does_not_fail_open(plan: dict, api_key: str) -> Non
     # 4. a table that does not load: rpc-server does not start (Requires=), nothing listens
     sh(
         worker,
-        "cp /etc/llmfleet/firewall.nft /root/firewall.nft.good && echo 'add table inet llmfleet { flags owner; } ; add chain inet llmfleet input { nonsense }' > /etc/llmfleet/firewall.nft",
+        "cp /etc/llmfleet/firewall.nft /root/firewall.nft.good && echo 'add table inet llmfleet "
+        "{ flags owner; } ; add chain inet llmfleet input { nonsense }' > /etc/llmfleet/firewall.nft",
     )
     try:
         sh(worker, "systemctl reset-failed")
