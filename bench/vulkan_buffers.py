@@ -12,8 +12,9 @@ Runs the Vulkan flavour (``make vulkan-artifacts``: ``.cache/llama.cpp-vulkan/bi
 
 For every device it reads llama.cpp's own report (llama-server ``-v``: the model, KV and compute
 buffers per device, as ``-lv 4`` prints them, and the debug lines saying which layers went
-where) and sets beside it what ``plugins/plugin_utils/memory_model.py`` (the CPU calibration of the pinned build) predicts for exactly those layers, and it records the
-rpc-server's resident memory at rest and at its peak (lavapipe's "VRAM" is that process's memory).
+where) and sets beside it what ``plugins/plugin_utils/memory_model.py`` (the CPU calibration
+of the pinned build) predicts for exactly those layers, and it records the rpc-server's
+resident memory at rest and at its peak (lavapipe's "VRAM" is that process's memory).
 
     python bench/vulkan_buffers.py [--bin DIR] [--models DIR] [--only NAME] [--json OUT] [--md OUT]
 
