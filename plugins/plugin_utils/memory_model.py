@@ -22,7 +22,7 @@ through ``Options.calibration``; docs/planner-accuracy.md):
 from __future__ import absolute_import, annotations, division, print_function
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import CACHE_TYPES, KV_PAD, MIB
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Host, Model, Options
@@ -205,7 +205,9 @@ class Placement:
     head_layers: int
     worker_layers: List[int]
     output_on_head: bool  # kept on the head with a tensor override (or no workers at all)
-    predictions: List[Prediction]  # head first, then workers
+    predictions: List[Prediction]  # head first, then workers (a device placement: each host's RAM)
+    # a device placement (device_placement.py): per host (head first) its device shares
+    devices: Optional[List[List[Any]]] = None
 
     @property
     def n_layer(self) -> int:
@@ -215,6 +217,10 @@ class Placement:
         return [self.head, *self.workers]
 
     def fits(self) -> bool:
+        for row in self.devices or []:
+            for share in row:
+                if share.used and not share.dev.is_cpu and share.prediction.total > share.budget_mib * MIB:
+                    return False
         return all(p.total <= h.budget_mib * MIB for h, p in zip(self.hosts(), self.predictions))
 
     def min_headroom_ratio(self) -> float:

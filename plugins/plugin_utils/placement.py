@@ -27,11 +27,17 @@ from __future__ import absolute_import, annotations, division, print_function
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import DeviceError, host_devices
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import calibration, targets
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import (
     DEFAULT_RESERVE_MIB,
     DEFAULT_RPC_PORT,
     MIB,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_placement import (
+    DEFAULT_GPU_RESERVE_MIB,
+    DevicePlacer,
+    has_gpus,
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import Placement, _pp_extra
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import (
@@ -63,6 +69,22 @@ Placer = Callable[[Model, Host, List[Host], Options], Tuple[Placement, List[str]
 Annotate = Callable[[Placement, Model, Options], Dict[str, Any]]
 
 NOT_NEEDED = "not needed: the model fits on fewer hosts"
+# plan.json's format (docs/plan-format.md): 2 lists each host's devices
+PLAN_VERSION = 2
+
+
+def uncalibrated_warnings(entry: Dict[str, Any]) -> List[str]:
+    """One warning per host device whose backend's memory model is not measured on the pinned build."""
+    out = []
+    for row in entry.get("hosts") or []:
+        for dev in row.get("devices") or []:
+            if not dev.get("calibrated", True):
+                out.append(
+                    "%s %s: the %s memory model is not calibrated on the pinned llama.cpp build (compute"
+                    " buffers guessed generously); check the load against the plan"
+                    % (row["name"], dev["name"], dev["backend"])
+                )
+    return out
 
 
 def memory_placer(
@@ -90,12 +112,29 @@ def plan_llama_cpp(
     opts.check()
     model = Model.from_layout(layout)
     head_host, worker_hosts = hosts_from_dicts(head, workers, reserve_mib)
+    warnings: List[str] = []
+    devices_by_host = {str(h["name"]): h.get("devices") or [] for h in [head, *workers]}
+    if has_gpus(devices_by_host):
+        # some host offers a GPU: every device a slot (device_placement.py)
+        if placer is not None:
+            warnings.append(
+                "the speed objective does not price devices yet: this fleet has GPUs, planned for memory"
+                " (GPU memory first, then RAM)"
+            )
+            annotate = None
+        placer = DevicePlacer(
+            devices_by_host,
+            {
+                str(h["name"]): float(h.get("gpu_reserve_mib", DEFAULT_GPU_RESERVE_MIB))
+                for h in [head, *workers]
+            },
+        )
     placer = placer or memory_placer
     placement, reasons, left_out = placer(model, head_host, worker_hosts, opts)
     entry = plan_entry(placement, model, opts)
     used = {h.name for h in placement.workers}
     plan: Dict[str, Any] = {
-        "version": 1,
+        "version": PLAN_VERSION,
         "context": opts.context,
         "parallel": opts.parallel,
         "head": head_host.name,
@@ -118,7 +157,7 @@ def plan_llama_cpp(
         plan.update(annotate(placement, model, opts))
     choice = calibration.for_build(opts.llama_cpp_build)
     plan["llama_cpp"] = choice.to_dict()
-    plan["warnings"] = [choice.warning] if choice.warning else []
+    plan["warnings"] = ([choice.warning] if choice.warning else []) + warnings + uncalibrated_warnings(entry)
     plan["fallbacks"] = fallback_plans(model, head_host, placement.workers, opts, placer) if fallbacks else []
     plan["planned_with"] = planned_with(head_host, worker_hosts, opts, reserve_mib)
     return plan
@@ -224,10 +263,14 @@ def keep_previous(
     head_host, worker_hosts = hosts_from_dicts(head, workers, reserve_mib)
     if not isinstance(previous, dict) or not previous:
         return {"keep": False, "reasons": ["no previous plan"], "hosts": [], "table": ""}
-    if previous.get("version") != 1 or not isinstance(previous.get("hosts"), list) or not previous["hosts"]:
+    if (
+        previous.get("version") != PLAN_VERSION
+        or not isinstance(previous.get("hosts"), list)
+        or not previous["hosts"]
+    ):
         return {
             "keep": False,
-            "reasons": ["the previous plan is not a version 1 plan with hosts"],
+            "reasons": ["the previous plan is not a version %d plan with hosts" % PLAN_VERSION],
             "hosts": [],
             "table": "",
         }
@@ -376,7 +419,7 @@ def make_plan(
     body = plan_llama_cpp(layout, head, workers, options, reserve_mib, placer=placer, annotate=annotate)
     file_name = model.get("file") or _basename(model.get("url")) or model.get("hf_dir")
     plan: Dict[str, Any] = {
-        "version": 1,
+        "version": PLAN_VERSION,
         "backend": backend,
         "target": target,
         "context": body["context"],
@@ -410,8 +453,12 @@ def host_from_fact(
     port: Optional[int] = None,
     reserve_mib: Optional[float] = None,
     speed: Optional[Any] = None,
+    gpu_reserve_mib: Optional[float] = None,
 ) -> Dict[str, Any]:
-    """One placement host from a probe fact (``llmfleet_host``: memory.usable_mib, cpus, default_ipv4)."""
+    """One placement host from a probe fact (``llmfleet_host``: memory.usable_mib, cpus, default_ipv4,
+    devices). A fact with GPUs among its ``devices`` gives the host its ``devices`` (validated by
+    devices.host_devices) and ``gpu_reserve_mib`` (VRAM kept free on each of its GPUs, default
+    device_placement.DEFAULT_GPU_RESERVE_MIB); a CPU-only host has neither and plans as before."""
     if not isinstance(fact, dict):
         raise ValueError(
             "host %s has no llmfleet_host fact (probe it, or define llmfleet_host for what-if planning)"
@@ -434,6 +481,24 @@ def host_from_fact(
     }
     if reserve_mib is not None:
         out["reserve_mib"] = float(reserve_mib)
+    if "devices" in fact:
+        try:
+            devices = host_devices(name, fact)
+        except DeviceError as err:
+            raise ValueError(str(err)) from err
+        if any(d.get("backend") != "cpu" for d in devices):
+            out["devices"] = devices
+            if gpu_reserve_mib is not None:
+                if (
+                    isinstance(gpu_reserve_mib, bool)
+                    or not isinstance(gpu_reserve_mib, (int, float))
+                    or gpu_reserve_mib < 0
+                ):
+                    raise ValueError(
+                        "host %s: llmfleet_gpu_reserve_mib must be a number >= 0, got %r"
+                        % (name, gpu_reserve_mib)
+                    )
+                out["gpu_reserve_mib"] = float(gpu_reserve_mib)
     if isinstance(speed, dict):
         out["speed"] = dict(speed)  # measured figures, validated by the planner (plugin_utils/speed.py)
     elif speed:

@@ -8,7 +8,7 @@
 from __future__ import absolute_import, annotations, division, print_function
 
 import math
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import MIB
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import (
@@ -18,6 +18,7 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model impo
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Host, Model, Options
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import (
+    rpc_device_names,
     tensor_split_for,
     verify_split,
 )
@@ -113,14 +114,26 @@ def render_table(rows: List[Dict[str, Any]]) -> str:
 
 
 def split_args(
-    endpoints: Sequence[str], head_layers: int, worker_layers: Sequence[int], output_on_head: bool
+    endpoints: Sequence[str],
+    head_layers: int,
+    worker_layers: Sequence[int],
+    output_on_head: bool,
+    devices: Optional[Sequence[str]] = None,
 ) -> List[str]:
     """llama-server's placement arguments, built here and nowhere else (the plan, its fallbacks,
     profile's measuring placements): ``--rpc`` (the workers' endpoints in order),
     ``--tensor-split`` (each worker's repeating layers, the output slot on the last one), ``-ngl``
     (every slot but the head's layers), ``-sm layer`` and, with the output layer on the head, the
     override that keeps it there; ``-ngl 0`` with no worker. The split is checked against
-    llama.cpp's rule (split_rule.verify_split) before it is returned."""
+    llama.cpp's rule (split_rule.verify_split) before it is returned.
+
+    With ``devices`` (a device placement: the names llama-server knows them by, in the chain's
+    order, split_rule.device_chain) ``head_layers`` is what the head's CPU holds and
+    ``worker_layers`` holds one count per device: ``--rpc`` comes first (llama.cpp registers the
+    RPC devices while it parses ``--rpc``, and ``--device`` looks them up by name), then
+    ``--device`` and a tensor split over those devices."""
+    if devices is not None:
+        return _device_split_args(endpoints, devices, head_layers, worker_layers, output_on_head)
     if not endpoints:
         return ["-ngl", "0"]
     if len(endpoints) != len(worker_layers):
@@ -135,6 +148,102 @@ def split_args(
     if output_on_head:
         args += list(OUTPUT_ON_HEAD_ARGS)
     return args
+
+
+def _device_split_args(
+    endpoints: Sequence[str],
+    devices: Sequence[str],
+    cpu_layers: int,
+    counts: Sequence[int],
+    output_on_head: bool,
+) -> List[str]:
+    if len(devices) != len(counts):
+        raise ValueError("%d devices for %d layer counts" % (len(devices), len(counts)))
+    args: List[str] = ["--rpc", ",".join(endpoints)] if endpoints else []
+    if not devices or sum(counts) == 0:
+        return [*args, "--device", "none", "-ngl", "0"]
+    n_layer = cpu_layers + sum(counts)
+    ngl = n_layer + 1 - cpu_layers
+    slot_counts = list(counts)
+    last = max(i for i, c in enumerate(slot_counts) if c > 0)
+    slot_counts[last] += 1  # the output slot goes to the last device with a share
+    ts = tensor_split_for(slot_counts)
+    verify_split(ts, slot_counts, n_layer, ngl)
+    args += ["--device", ",".join(devices), "--tensor-split", ts, "-ngl", str(ngl), "-sm", "layer"]
+    if output_on_head:
+        args += list(OUTPUT_ON_HEAD_ARGS)
+    return args
+
+
+def device_rows(p: Placement, model: Model, opts: Options) -> List[List[Dict[str, Any]]]:
+    """Each host's ``devices`` (plan.json version 2), head first: the devices a placement uses,
+    in llama.cpp's order, each named as the host lists it (``name``) and as the head's buffer
+    report prints it (``report_name``: the head's own devices by their names, a worker's as the
+    RPC device the head numbers it: ``RPC0``, ``RPC1``... over the endpoints in ``--rpc`` order,
+    each endpoint's devices in its ``-d`` order; ggml-rpc.cpp ggml_backend_rpc_add_server)."""
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_placement import backend_model
+
+    out: List[List[Dict[str, Any]]] = []
+    if p.devices is None:
+        # a CPU-only placement: each host's one device, its CPU
+        for i, (host, pred) in enumerate(zip(p.hosts(), p.predictions)):
+            first = 0 if i == 0 else p.head_layers + sum(p.worker_layers[: i - 1])
+            count = p.head_layers if i == 0 else p.worker_layers[i - 1]
+            output = (i == 0 and (p.output_on_head or not p.workers)) or (
+                i == len(p.workers) and i > 0 and not p.output_on_head
+            )
+            mib = pred.mib()
+            out.append(
+                [
+                    {
+                        "name": "CPU",
+                        "report_name": "CPU" if i == 0 else rpc_device_names([1] * i)[-1][0],
+                        "backend": "cpu",
+                        "type": "cpu",
+                        "layers": [first, first + count],
+                        "output_layer": bool(output),
+                        "predicted_mib": {
+                            "weights": mib["weights"],
+                            "kv": mib["kv"],
+                            "compute": mib["compute"],
+                            "total": round(mib["weights"] + mib["kv"] + mib["compute"], 2),
+                        },
+                        "budget_mib": round(host.budget_mib - mib["process"] - mib["peak"], 1),
+                        "calibrated": True,
+                    }
+                ]
+            )
+        return out
+    rpc_names = rpc_device_names([sum(1 for s in row if s.used) for row in p.devices[1:]])
+    for i, row in enumerate(p.devices):
+        got = []
+        kept = [s for s in row if s.used or (i == 0 and s.dev.is_cpu)]
+        names = [s.dev.name for s in kept] if i == 0 else rpc_names[i - 1]
+        for share, report in zip(kept, names):
+            mib = share.prediction.mib()
+            got.append(
+                {
+                    "name": share.dev.name,
+                    "report_name": report,
+                    "backend": share.dev.backend,
+                    "type": share.dev.type,
+                    "layers": [share.first, share.first + share.count],
+                    "output_layer": bool(share.output),
+                    "predicted_mib": {
+                        "weights": mib["weights"],
+                        "kv": mib["kv"],
+                        "compute": mib["compute"],
+                        "total": round(mib["weights"] + mib["kv"] + mib["compute"], 2),
+                    },
+                    "budget_mib": share.budget_mib,
+                    "calibrated": backend_model(share.dev.backend)[1],
+                }
+            )
+        # llama.cpp's order: the head's CPU holds the first slots, then its GPUs
+        if i == 0:
+            got = got[-1:] + got[:-1]
+        out.append(got)
+    return out
 
 
 def option_args(opts: Options) -> List[str]:
@@ -154,6 +263,27 @@ def llama_args(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:
             "the placement holds %d layers of %d" % (p.head_layers + sum(p.worker_layers), model.n_layer)
         )
     endpoints = [h.endpoint or "" for h in p.workers]
+    if p.devices is not None:
+        chain = [s for s in p.devices[0][:-1] if s.used]
+        for row in p.devices[1:]:
+            chain.extend(s for s in row if s.used)
+        names = [s.dev.name for s in p.devices[0][:-1] if s.used]
+        for got in rpc_device_names([sum(1 for s in row if s.used) for row in p.devices[1:]]):
+            names += got
+        counts = [s.count for s in chain]
+        cpu_layers = p.devices[0][-1].count
+        args = split_args(endpoints, cpu_layers, counts, p.output_on_head, devices=names)
+        slot_counts = list(counts)
+        if any(counts):
+            slot_counts[max(i for i, c in enumerate(counts) if c > 0)] += 1
+        return {
+            "rpc": ",".join(endpoints),
+            "tensor_split": tensor_split_for(slot_counts) if any(counts) else "",
+            "layer_counts": list(p.worker_layers),
+            "slot_counts": slot_counts,
+            "devices": names,
+            "llama_server_args": args + option_args(opts),
+        }
     args = split_args(endpoints, p.head_layers, p.worker_layers, p.output_on_head)
     slot_counts = list(p.worker_layers)
     if slot_counts:
@@ -217,4 +347,6 @@ def vllm_spread(model: Model, head: Host, workers: List[Host], opts: Options) ->
 def plan_entry(p: Placement, model: Model, opts: Options) -> Dict[str, Any]:
     args = llama_args(p, model, opts)
     rows = _rows(p.head, p.workers, p.head_layers, p.worker_layers, p.output_on_head, p.predictions)
+    for row, devices in zip(rows, device_rows(p, model, opts)):
+        row["devices"] = devices
     return {"hosts": rows, "workers": [h.name for h in p.workers], **args}

@@ -12,8 +12,8 @@ the placement the time model prices, llama-server's arguments, and the same plan
 split (:meth:`Plan.with_split`, whose arguments come from the one builder,
 placement_render.split_args).
 
-A host holds devices (:class:`Device`): today one, its CPU, holding the host's layers; the
-format of plan.json (version 1) is unchanged, the devices are derived from it.
+A host holds devices (:class:`Device`): plan.json version 2 lists them per host (``devices``,
+in llama.cpp's order); a version 1 plan is still read, each host one CPU holding its layers.
 """
 
 from __future__ import absolute_import, annotations, division, print_function
@@ -31,6 +31,8 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render 
 __metaclass__ = type
 
 ROLES = ("head", "worker")
+VERSIONS = (1, 2)  # plan.json versions read: 2 lists each host's devices, 1 has one CPU per host
+DEVICE_TYPES = ("gpu", "igpu", "cpu")
 # llama-server options that say where the layers go (split_args writes them) and its polling level
 SPLIT_OPTIONS = ("--rpc", "--tensor-split", "-ts", "-ngl", "--n-gpu-layers", "-sm", "--split-mode")
 POLL_OPTIONS = ("--poll", "--poll-batch")
@@ -69,16 +71,72 @@ def _text(value: Any, field: str, optional: bool = True) -> Optional[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Device:
-    """Where some of a host's layers run: ``kind`` ``cpu`` (the only one today), ``layers``
-    [first, last) of the repeating layers and whether it holds the output layer."""
+    """One entry of a host's ``devices`` (plan.json version 2): where some of its layers run.
 
-    kind: str
+    ``name`` is the device as the host lists it (``Vulkan0``, ``CPU``: what an rpc-server's
+    ``-d`` takes), ``report_name`` as the head's llama.cpp prints it in its buffer report
+    (``Vulkan0``, ``CPU`` on the head; ``RPC0``, ``RPC1``... for the workers' devices),
+    ``layers`` [first, last) of the repeating layers, ``predicted_mib`` its buffers (weights, kv,
+    compute, total) and ``budget_mib`` what it may hold; ``calibrated`` whether its backend's
+    memory model is measured on the pinned build."""
+
+    name: str
     layers: Tuple[int, int]
     output_layer: bool
+    report_name: str = ""
+    backend: str = "cpu"
+    type: str = "cpu"
+    predicted_mib: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    budget_mib: Optional[float] = None
+    calibrated: bool = True
+
+    @property
+    def kind(self) -> str:
+        """``gpu``, ``igpu`` or ``cpu`` (its type)."""
+        return self.type
 
     @property
     def layer_count(self) -> int:
         return self.layers[1] - self.layers[0]
+
+    @classmethod
+    def from_dict(cls, row: Any, field: str) -> Device:
+        if not isinstance(row, Mapping):
+            raise _fail(field, "a device dict", row)
+        name = str(_text(row.get("name"), field + ".name", optional=False))
+        span = _span(row.get("layers"), field + ".layers")
+        mib = row.get("predicted_mib") or {}
+        if not isinstance(mib, Mapping):
+            raise _fail(field + ".predicted_mib", "a dict of MiB", mib)
+        kind = row.get("type", "cpu")
+        if kind not in DEVICE_TYPES:
+            raise _fail(field + ".type", "one of " + ", ".join(DEVICE_TYPES), kind)
+        return cls(
+            name=name,
+            layers=span,
+            output_layer=bool(row.get("output_layer")),
+            report_name=str(_text(row.get("report_name"), field + ".report_name") or name),
+            backend=str(_text(row.get("backend"), field + ".backend") or "cpu"),
+            type=str(kind),
+            predicted_mib={
+                str(k): _number(v, "%s.predicted_mib.%s" % (field, k))
+                for k, v in mib.items()
+                if v is not None
+            },
+            budget_mib=_number(row.get("budget_mib"), field + ".budget_mib"),
+            calibrated=bool(row.get("calibrated", True)),
+        )
+
+
+def _span(span: Any, field: str) -> Tuple[int, int]:
+    if (
+        not isinstance(span, (list, tuple))
+        or len(span) != 2
+        or any(isinstance(x, bool) or not isinstance(x, int) for x in span)
+        or not 0 <= span[0] <= span[1]
+    ):
+        raise _fail(field, "[first, last) with 0 <= first <= last", span)
+    return (span[0], span[1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +152,8 @@ class HostPlan:
     threads: Optional[int] = None
     predicted_mib: Mapping[str, float] = dataclasses.field(default_factory=dict)
     headroom_mib: Optional[float] = None
+    # plan.json version 2's devices; empty for a version 1 row (its one CPU, see ``devices``)
+    listed_devices: Tuple[Device, ...] = ()
 
     @property
     def layer_count(self) -> int:
@@ -102,8 +162,19 @@ class HostPlan:
 
     @property
     def devices(self) -> Tuple[Device, ...]:
-        """Its devices: one CPU holding its layers (GPUs come later, with their own layers)."""
-        return (Device("cpu", self.layers, self.output_layer),)
+        """Its devices in llama.cpp's order (a version 1 row: one CPU holding its layers)."""
+        if self.listed_devices:
+            return self.listed_devices
+        return (Device("CPU", self.layers, self.output_layer, report_name="CPU"),)
+
+    def device_names(self) -> List[str]:
+        """Its devices as the host names them (an rpc-server's ``-d`` list: ``Vulkan0,CPU``)."""
+        return [d.name for d in self.devices]
+
+    @property
+    def gpu_devices(self) -> Tuple[Device, ...]:
+        """Its devices other than the CPU."""
+        return tuple(d for d in self.devices if d.backend != "cpu")
 
     @property
     def budget_mib(self) -> Optional[float]:
@@ -121,18 +192,32 @@ class HostPlan:
         role = row.get("role", role)
         if role not in ROLES:
             raise _fail(field + ".role", "head or worker", role)
-        span = row.get("layers", [0, 0])
-        if (
-            not isinstance(span, (list, tuple))
-            or len(span) != 2
-            or any(isinstance(x, bool) or not isinstance(x, int) for x in span)
-            or not 0 <= span[0] <= span[1]
-        ):
-            raise _fail(field + ".layers", "[first, last) with 0 <= first <= last", span)
+        span = _span(row.get("layers", [0, 0]), field + ".layers")
         threads = row.get("threads")
         mib = row.get("predicted_mib") or {}
         if not isinstance(mib, Mapping):
             raise _fail(field + ".predicted_mib", "a dict of MiB", mib)
+        listed = row.get("devices")
+        devices: Tuple[Device, ...] = ()
+        if listed is not None:
+            if not isinstance(listed, list) or not listed:
+                raise _fail(field + ".devices", "a non-empty list of devices", listed)
+            devices = tuple(Device.from_dict(d, "%s.devices[%d]" % (field, i)) for i, d in enumerate(listed))
+            held = sum(d.layer_count for d in devices)
+            outside = [
+                d.name
+                for d in devices
+                if d.layer_count and not span[0] <= d.layers[0] <= d.layers[1] <= span[1]
+            ]
+            if held != span[1] - span[0] or outside:
+                raise _fail(
+                    field + ".devices",
+                    "devices holding the host's layers %r between them" % (list(span),),
+                    [[d.name, list(d.layers)] for d in devices],
+                )
+            names = [d.name for d in devices]
+            if len(set(names)) != len(names):
+                raise _fail(field + ".devices", "devices with unique names", names)
         return cls(
             name=str(name),
             role=str(role),
@@ -147,6 +232,7 @@ class HostPlan:
                 if v is not None
             },
             headroom_mib=_number(row.get("headroom_mib"), field + ".headroom_mib"),
+            listed_devices=devices,
         )
 
 
@@ -201,6 +287,9 @@ class Plan:
         ``workers`` (when the plan lists them, else every worker row), in the rows' order."""
         if not isinstance(data, Mapping):
             raise _fail("(the plan)", "a dict", data)
+        version = data.get("version", 1)
+        if version not in VERSIONS:
+            raise _fail("version", " or ".join(map(str, VERSIONS)), version)
         rows = data.get("hosts")
         if not isinstance(rows, list) or not rows:
             raise _fail("hosts", "a non-empty list of host rows", rows)
@@ -349,6 +438,8 @@ class Plan:
             row["output_layer"] = not output_on_head and i == len(workers) - 1
             placed.append(row)
             first += count
+        head_row = _one_cpu(head_row, "CPU")
+        placed = [_one_cpu(row, "RPC%d" % i) for i, row in enumerate(placed)]
         args = split_args([str(w.get("endpoint")) for w in placed], head_layers, list(counts), output_on_head)
         args += self.option_args()
         if poll is not None:
@@ -357,6 +448,30 @@ class Plan:
         out["workers"] = [str(w["name"]) for w in placed]
         out["llama_server_args"] = args
         return out
+
+
+def _one_cpu(row: Dict[str, Any], report_name: str) -> Dict[str, Any]:
+    """A row of :meth:`Plan.with_split` with its ``devices`` following its new layers: a host
+    whose one device is its CPU (a split over hosts does not move layers between devices)."""
+    devices = row.get("devices")
+    if devices is None:
+        return row
+    if len(devices) != 1 or (devices[0] or {}).get("backend", "cpu") != "cpu":
+        raise PlanError(
+            "plan: host %s has devices %s: another split over hosts cannot say which device holds"
+            " which layers (plan the fleet again)" % (row.get("name"), [d.get("name") for d in devices])
+        )
+    return dict(
+        row,
+        devices=[
+            dict(
+                devices[0],
+                layers=list(row["layers"]),
+                output_layer=bool(row["output_layer"]),
+                report_name=report_name,
+            )
+        ],
+    )
 
 
 def parse(data: Any) -> Plan:

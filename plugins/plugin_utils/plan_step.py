@@ -75,6 +75,7 @@ def hosts_from_vars(
                     port=rpc_port,
                     reserve_mib=_get(hv, "llmfleet_reserve_mib"),
                     speed=_get(hv, "llmfleet_speed"),
+                    gpu_reserve_mib=_get(hv, "llmfleet_gpu_reserve_mib"),
                 )
             )
         except (PlanInputError, TypeError, ValueError) as err:

@@ -65,3 +65,36 @@ def verify_split(tensor_split: str, slot_counts: Sequence[int], n_layer: int, ng
     got = [slots.count(i) for i in range(len(ts))]
     if got != list(slot_counts):
         raise AssertionError("tensor split %s gives %r, wanted %r" % (tensor_split, got, list(slot_counts)))
+
+
+def rpc_device_names(devices_per_endpoint: Sequence[int]) -> List[List[str]]:
+    """The names the head gives the RPC devices: ``RPC<n>``, numbered over every endpoint of
+    ``--rpc`` in order and, within one endpoint, in the order its rpc-server offers them (its
+    ``-d`` list).
+
+    The pinned build (ggml/src/ggml-rpc/ggml-rpc.cpp, ``ggml_backend_rpc_add_server``) names each
+    device of a newly added endpoint ``"RPC" + dev_id`` from one process-wide counter that only
+    grows; common/arg.cpp ``add_rpc_devices`` adds the endpoints of ``--rpc`` in the order given,
+    while the arguments are parsed (so ``--device`` must come after ``--rpc`` to find them by
+    name: ``parse_device_list`` looks them up with ``ggml_backend_dev_by_name``).
+    """
+    out: List[List[str]] = []
+    n = 0
+    for count in devices_per_endpoint:
+        if count < 1:
+            raise ValueError("an RPC endpoint offers at least one device, got %r" % (count,))
+        out.append(["RPC%d" % (n + i) for i in range(count)])
+        n += count
+    return out
+
+
+def default_device_order(rpc: Sequence[str], gpus: Sequence[str], igpus: Sequence[str]) -> List[str]:
+    """The devices llama-server splits over when no ``--device`` is given (pinned build,
+    src/llama.cpp ``llama_model_load_from_file_impl``, "default device selection"): the RPC
+    devices first ("to minimize network transfers"), then the local discrete GPUs, then the
+    local integrated GPUs only when there is no discrete one; CPU devices are never in the list
+    (the head's CPU holds the first ``n_layer + 1 - ngl`` slots). With ``--device`` the list is
+    the one given, in its order: the planner always passes it (placement_render.split_args), so
+    that the head's own GPUs come right after its CPU and every host's layers stay contiguous.
+    """
+    return [*rpc, *gpus, *([] if gpus else igpus)]

@@ -548,7 +548,7 @@ def test_no_usable_previous_plan_means_a_new_plan():
     head, ws = sticky_fleet()
     assert keep(None, lay, head, ws)["reasons"] == ["no previous plan"]
     assert not keep({}, lay, head, ws)["keep"]
-    assert not keep({**previous, "version": 2}, lay, head, ws)["keep"]
+    assert not keep({**previous, "version": 1}, lay, head, ws)["keep"]
     older = {k: v for k, v in previous.items() if k != "planned_with"}
     verdict = keep(older, lay, head, ws)
     assert not verdict["keep"] and "does not record its inputs" in verdict["reasons"][0]

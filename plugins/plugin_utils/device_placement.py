@@ -1,0 +1,356 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The placement over devices (GPUs, iGPUs, CPUs) rather than hosts (pure; docs/planner.md).
+
+Used when some candidate host offers a device other than its CPU (``llmfleet_host.devices``);
+a fleet of CPU-only hosts is planned by placement_search.py exactly as before.
+
+The chain of devices llama.cpp walks (split_rule.device_chain): the head's CPU holds the first
+``n_layer + 1 - ngl`` slots, then the devices of ``--device`` in that order hold the rest by the
+tensor split. The plan passes ``--device`` itself: the head's own GPUs first, then each worker's
+devices (an rpc-server offers its devices in its ``-d`` order, the GPUs then the CPU), so that
+every host's layers stay one contiguous range.
+
+Which device gets how many layers: GPU memory first, then RAM. Every GPU of every host used
+(head included) takes the layers it can hold within ``memory_free_mib - gpu_reserve_mib``; the
+rest goes to RAM, the head's CPU first, then the workers' CPUs in ``--rpc`` order. A uma device
+(an APU, lavapipe) and the CPU share the host's one pool: ``usable - reserve``. The fewest
+workers that fit are used, those with the most GPU memory first.
+"""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import MIB
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import (
+    Placement,
+    Prediction,
+    head_compute_bytes,
+    kv_bytes,
+    output_only_compute_bytes,
+    worker_compute_bytes,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import (
+    Host,
+    Model,
+    Options,
+    PlacementError,
+)
+
+__metaclass__ = type
+
+# VRAM kept free on every non-uma GPU (a desktop's display, the driver's own context); an
+# option (llmfleet_gpu_reserve_mib, per host or fleet-wide).
+DEFAULT_GPU_RESERVE_MIB = 512.0
+
+# Per backend: (compute-buffer factor over the CPU model, calibrated). Weights and KV are the
+# same bytes on every backend (bench/vulkan_buffers.md: identical on the pinned build); Vulkan's
+# compute buffers measured 0.90-1.12x the CPU model there. CUDA/ROCm/others are not measured:
+# a generous factor, ``calibrated: false`` and a warning in the plan.
+BACKEND_MODEL: Dict[str, Tuple[float, bool]] = {
+    "cpu": (1.0, True),
+    "vulkan": (1.12, True),
+    "cuda": (1.5, False),
+    "rocm": (1.5, False),
+}
+UNKNOWN_BACKEND = (1.5, False)
+
+
+def backend_model(backend: str) -> Tuple[float, bool]:
+    """(compute factor, calibrated) of a backend."""
+    return BACKEND_MODEL.get(backend, UNKNOWN_BACKEND)
+
+
+@dataclasses.dataclass(frozen=True)
+class Dev:
+    """One device of a host as the planner sees it."""
+
+    host: str
+    name: str  # as the host lists it: Vulkan0, CUDA0, CPU
+    backend: str
+    type: str  # gpu | igpu | cpu
+    uma: bool
+    free_mib: float
+    reserve_mib: float
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.backend == "cpu"
+
+    @property
+    def own_budget_mib(self) -> float:
+        """Its own memory cap (a uma device also draws on the host's pool)."""
+        return self.free_mib - self.reserve_mib
+
+
+@dataclasses.dataclass
+class Share:
+    """A device's part of a placement."""
+
+    dev: Dev
+    count: int = 0
+    first: int = 0
+    output: bool = False
+    prediction: Optional[Prediction] = None
+    budget_mib: float = 0.0
+
+    @property
+    def used(self) -> bool:
+        return self.count > 0 or self.output
+
+
+def host_devs(
+    host: Host, devices: Optional[Sequence[Mapping[str, Any]]], gpu_reserve_mib: float
+) -> List[Dev]:
+    """A host's devices, GPUs first in the host's order, the CPU last (one CPU always)."""
+    out: List[Dev] = []
+    for d in devices or []:
+        if d.get("backend") == "cpu":
+            continue
+        out.append(
+            Dev(
+                host=host.name,
+                name=str(d["name"]),
+                backend=str(d.get("backend") or "vulkan"),
+                type=str(d.get("type") or "gpu"),
+                uma=bool(d.get("uma")),
+                free_mib=float(d.get("memory_free_mib") or 0),
+                reserve_mib=0.0 if d.get("uma") else float(gpu_reserve_mib),
+            )
+        )
+    out.append(Dev(host.name, "CPU", "cpu", "cpu", True, host.usable_mib, host.reserve_mib))
+    return out
+
+
+def has_gpus(devices_by_host: Mapping[str, Sequence[Mapping[str, Any]]]) -> bool:
+    return any(d.get("backend") != "cpu" for devs in devices_by_host.values() for d in devs or [])
+
+
+class DevicePlacer:
+    """A Placer (placement.py) over devices: ``(model, head, workers, opts)`` -> placement."""
+
+    def __init__(
+        self, devices_by_host: Mapping[str, Sequence[Mapping[str, Any]]], gpu_reserve: Mapping[str, float]
+    ):
+        self.devices_by_host = devices_by_host
+        self.gpu_reserve = gpu_reserve
+
+    def devs(self, host: Host) -> List[Dev]:
+        return host_devs(
+            host,
+            self.devices_by_host.get(host.name),
+            self.gpu_reserve.get(host.name, DEFAULT_GPU_RESERVE_MIB),
+        )
+
+    def __call__(
+        self, model: Model, head: Host, workers: List[Host], opts: Options
+    ) -> Tuple[Placement, List[str], Dict[str, str]]:
+        def vram(h: Host) -> float:
+            return sum(max(d.own_budget_mib, 0.0) for d in self.devs(h) if not d.is_cpu and not d.uma)
+
+        order = sorted(workers, key=lambda h: (-vram(h), h.rank))
+        last: Optional[Placement] = None
+        for size in range(min(max(opts.min_workers, 0), len(order)), len(order) + 1):
+            used = order[:size]
+            got = self.place(model, head, used, opts)
+            last = got
+            if got.fits():
+                return got, self.explain(got), {}
+        assert last is not None
+        raise refusal(last)
+
+    def place(self, model: Model, head: Host, workers: List[Host], opts: Options) -> Placement:
+        """The placement on ``head`` + ``workers`` (it may not fit: see Placement.fits)."""
+        hosts = [head, *workers]
+        output_on_head = opts.output_layer == "head"
+        shares: List[List[Share]] = [[Share(d) for d in self.devs(h)] for h in hosts]
+        # the chain: the head's CPU first, then the head's GPUs, then each worker's devices
+        chain: List[Share] = [*shares[0][:-1]]
+        for row in shares[1:]:
+            chain.extend(row)
+        head_cpu = shares[0][-1]
+        per_layer = max(
+            (model.layer_bytes[il] + kv_bytes(model, range(il, il + 1), opts) for il in range(model.n_layer)),
+            default=0.0,
+        )
+        pools = {h.name: (h.budget_mib * MIB) for h in hosts}
+        host_fixed = self._host_fixed(model, opts, hosts, head)
+
+        def capacity(share: Share, output: bool) -> int:
+            d = share.dev
+            factor = backend_model(d.backend)[0]
+            fixed = worker_compute_bytes(model, opts) * factor
+            if output:
+                fixed += model.output_bytes + model.output_norm_bytes
+            if d.is_cpu or d.uma:
+                room = pools_left[d.host]
+                if not d.is_cpu:
+                    room = min(room, d.own_budget_mib * MIB)
+            else:
+                room = d.own_budget_mib * MIB
+            if share is head_cpu:
+                # the head's CPU already holds the embeddings and its compute buffer
+                fixed = 16.0 * model.n_ff * min(opts.ubatch, opts.context)
+            if room - fixed < per_layer or per_layer <= 0:
+                return 0
+            return int((room - fixed) // per_layer)
+
+        rest = model.n_layer
+        output_dev: Optional[Share] = None
+        for _ in range(4):
+            pools_left = {n: pools[n] - host_fixed[n] for n in pools}
+            for s in [*chain, head_cpu]:
+                s.count = 0
+            rest = model.n_layer
+            # GPU memory first: every non-CPU device of every host, in chain order
+            for s in chain:
+                if s.dev.is_cpu or rest == 0:
+                    continue
+                s.count = min(rest, capacity(s, s is output_dev))
+                rest -= s.count
+                if s.dev.uma:
+                    pools_left[s.dev.host] -= s.count * per_layer + worker_compute_bytes(model, opts)
+            # then RAM: the head's CPU, then the workers' CPUs in --rpc order
+            for s in [head_cpu, *(c for c in chain if c.dev.is_cpu)]:
+                if rest == 0:
+                    break
+                s.count = min(rest, capacity(s, s is output_dev))
+                rest -= s.count
+            if rest:
+                # nothing more fits: the rest on the head's CPU (the refusal names what is missing)
+                target = head_cpu if not workers else chain[-1]
+                target.count += rest
+                rest = 0
+            holders = [s for s in chain if s.count > 0]
+            new_out = None if output_on_head or not holders else holders[-1]
+            if new_out is output_dev:
+                break
+            output_dev = new_out
+        for s in [head_cpu, *chain]:
+            s.output = s is output_dev
+        if output_dev is None:
+            head_cpu.output = True
+            output_on_head = True
+        # positions: the head's CPU first, then the chain
+        first = 0
+        for s in [head_cpu, *chain]:
+            s.first = first
+            first += s.count
+        preds = self._predict(model, opts, hosts, shares, output_on_head)
+        return Placement(
+            head=head,
+            workers=list(workers),
+            head_layers=sum(s.count for s in shares[0]),
+            worker_layers=[sum(s.count for s in row) for row in shares[1:]],
+            output_on_head=output_on_head,
+            predictions=preds,
+            devices=shares,
+        )
+
+    def _host_fixed(self, model: Model, opts: Options, hosts: List[Host], head: Host) -> Dict[str, float]:
+        """What each host's RAM pool holds before any layer: the process, the head's embeddings."""
+        out = {}
+        for h in hosts:
+            if h is head:
+                out[h.name] = (
+                    model.token_embd_bytes
+                    + model.other_bytes
+                    + head_compute_bytes(model, opts, holds_layers=False)
+                    + opts.calibration.head_process_mib * MIB
+                )
+            else:
+                out[h.name] = opts.calibration.worker_process_mib * MIB + max(model.layer_largest or [0])
+        return out
+
+    def _predict(
+        self, model: Model, opts: Options, hosts: List[Host], shares: List[List[Share]], output_on_head: bool
+    ) -> List[Prediction]:
+        """Each device's buffers and budget, and each host's RAM pool (the host predictions)."""
+        preds: List[Prediction] = []
+        for i, (host, row) in enumerate(zip(hosts, shares)):
+            is_head = i == 0
+            ram = Prediction(0.0, 0.0, 0.0, 0.0, 0.0)
+            largest = 0.0
+            for s in row:
+                layers = range(s.first, s.first + s.count)
+                factor = backend_model(s.dev.backend)[0]
+                weights = float(sum(model.layer_bytes[il] for il in layers))
+                largest = max([largest, *(float(model.layer_largest[il]) for il in layers)])
+                kv = kv_bytes(model, layers, opts)
+                if is_head and s.dev.is_cpu:
+                    weights += model.token_embd_bytes + model.other_bytes
+                    if s.output:
+                        weights += model.output_norm_bytes + (0 if model.tied_output else model.output_bytes)
+                    compute = head_compute_bytes(model, opts, holds_layers=bool(layers))
+                else:
+                    if s.output:
+                        weights += model.output_bytes + model.output_norm_bytes
+                        largest = max(largest, float(model.output_bytes))
+                    if layers:
+                        compute = worker_compute_bytes(model, opts) * factor
+                    elif s.output:
+                        compute = output_only_compute_bytes(model, opts) * factor
+                    else:
+                        compute = 0.0
+                s.prediction = Prediction(weights, kv, compute, 0.0, 0.0)
+                if s.dev.is_cpu or s.dev.uma:
+                    ram = Prediction(ram.weights + weights, ram.kv + kv, ram.compute + compute, 0.0, 0.0)
+            process = (
+                opts.calibration.head_process_mib if is_head else opts.calibration.worker_process_mib
+            ) * MIB
+            # a worker stages the tensor it receives in RAM before its device takes it
+            cpu_share = row[-1].prediction
+            assert cpu_share is not None
+            peak = 0.0 if is_head else max(0.0, largest - (cpu_share.kv + cpu_share.compute))
+            host_pred = Prediction(ram.weights, ram.kv, ram.compute, process, peak)
+            preds.append(host_pred)
+            pool_left = host.budget_mib - host_pred.total / MIB
+            for s in row:
+                assert s.prediction is not None
+                own = s.prediction.total / MIB
+                if s.dev.is_cpu:
+                    s.budget_mib = round(own + pool_left, 1)
+                elif s.dev.uma:
+                    s.budget_mib = round(min(s.dev.own_budget_mib, own + pool_left), 1)
+                else:
+                    s.budget_mib = round(s.dev.own_budget_mib, 1)
+        return preds
+
+    @staticmethod
+    def explain(p: Placement) -> List[str]:
+        out = []
+        for row in p.devices:
+            for s in row:
+                if s.count and not s.dev.is_cpu:
+                    out.append(
+                        "%s %s holds %d layers in its own memory (GPU memory before RAM)"
+                        % (s.dev.host, s.dev.name, s.count)
+                    )
+        return out
+
+
+def overflows(p: Placement) -> Dict[str, float]:
+    """``<host> device <name>`` -> MiB missing, for every device whose buffers exceed its budget
+    (a host's RAM pool, shared by its CPU and its uma devices, is named as its CPU)."""
+    out: Dict[str, float] = {}
+    for host, row, pred in zip(p.hosts(), p.devices, p.predictions):
+        for s in row:
+            over = s.prediction.total / MIB - s.budget_mib
+            if s.used and over > 0.05 and not s.dev.is_cpu:
+                out["%s device %s" % (host.name, s.dev.name)] = round(over, 1)
+        over = pred.total / MIB - host.budget_mib
+        if over > 0.05:
+            out["%s device CPU" % host.name] = round(over, 1)
+    return out
+
+
+def refusal(p: Placement) -> PlacementError:
+    missing = overflows(p)
+    detail = "; ".join("%s: %.1f MiB missing" % (k, v) for k, v in sorted(missing.items()))
+    return PlacementError(
+        "the model does not fit on the devices of these hosts (GPU memory first, then RAM): " + detail,
+        missing=missing,
+    )
