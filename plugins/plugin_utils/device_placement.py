@@ -160,7 +160,7 @@ class DevicePlacer:
             if got.fits():
                 return got, self.explain(got), {}
         assert last is not None
-        raise refusal(last)
+        raise refusal(last, model, opts)
 
     def place(self, model: Model, head: Host, workers: List[Host], opts: Options) -> Placement:
         """The placement on ``head`` + ``workers`` (it may not fit: see Placement.fits)."""
@@ -182,7 +182,8 @@ class DevicePlacer:
         def capacity(share: Share, output: bool) -> int:
             d = share.dev
             factor = backend_model(d.backend)[0]
-            fixed = worker_compute_bytes(model, opts) * factor
+            # pipelined or not is known only at the end: priced as pipelined (the larger)
+            fixed = worker_compute_bytes(model, opts, True) * factor
             if output:
                 fixed += model.output_bytes + model.output_norm_bytes
             if d.is_cpu or d.uma:
@@ -192,8 +193,11 @@ class DevicePlacer:
             else:
                 room = d.own_budget_mib * MIB
             if share is head_cpu:
-                # the head's CPU already holds the embeddings and its compute buffer
-                fixed = 16.0 * model.n_ff * min(opts.ubatch, opts.context)
+                # the head's CPU already holds the embeddings and its compute buffer: what its
+                # layers add (and the output layer kept there with -ot)
+                fixed = head_compute_bytes(model, opts, True, True) - head_compute_bytes(model, opts, False)
+                if output_on_head:
+                    fixed += model.output_norm_bytes + (0 if model.tied_output else model.output_bytes)
             if room - fixed < per_layer or per_layer <= 0:
                 return 0
             return int((room - fixed) // per_layer)
@@ -212,7 +216,7 @@ class DevicePlacer:
                 s.count = min(rest, capacity(s, s is output_dev))
                 rest -= s.count
                 if s.dev.uma:
-                    pools_left[s.dev.host] -= s.count * per_layer + worker_compute_bytes(model, opts)
+                    pools_left[s.dev.host] -= s.count * per_layer + worker_compute_bytes(model, opts, True)
             # then RAM: the head's CPU, then the workers' CPUs in --rpc order
             for s in [head_cpu, *(c for c in chain if c.dev.is_cpu)]:
                 if rest == 0:
@@ -239,7 +243,10 @@ class DevicePlacer:
         for s in [head_cpu, *chain]:
             s.first = first
             first += s.count
-        preds = self._predict(model, opts, hosts, shares, output_on_head)
+        # llama.cpp pipelines when every slot is offloaded over more than one device and no tensor
+        # is overridden (src/llama-context.cpp; memory_model.pipelined for hosts)
+        pp = head_cpu.count == 0 and not output_on_head and sum(1 for s in chain if s.used) > 1
+        preds = self._predict(model, opts, hosts, shares, output_on_head, pp)
         return Placement(
             head=head,
             workers=list(workers),
@@ -266,7 +273,13 @@ class DevicePlacer:
         return out
 
     def _predict(
-        self, model: Model, opts: Options, hosts: List[Host], shares: List[List[Share]], output_on_head: bool
+        self,
+        model: Model,
+        opts: Options,
+        hosts: List[Host],
+        shares: List[List[Share]],
+        output_on_head: bool,
+        pp: bool,
     ) -> List[Prediction]:
         """Each device's buffers and budget, and each host's RAM pool (the host predictions)."""
         preds: List[Prediction] = []
@@ -284,13 +297,13 @@ class DevicePlacer:
                     weights += model.token_embd_bytes + model.other_bytes
                     if s.output:
                         weights += model.output_norm_bytes + (0 if model.tied_output else model.output_bytes)
-                    compute = head_compute_bytes(model, opts, holds_layers=bool(layers))
+                    compute = head_compute_bytes(model, opts, holds_layers=bool(layers), pp=pp)
                 else:
                     if s.output:
                         weights += model.output_bytes + model.output_norm_bytes
                         largest = max(largest, float(model.output_bytes))
                     if layers:
-                        compute = worker_compute_bytes(model, opts) * factor
+                        compute = worker_compute_bytes(model, opts, pp) * factor
                     elif s.output:
                         compute = output_only_compute_bytes(model, opts) * factor
                     else:
@@ -321,14 +334,26 @@ class DevicePlacer:
 
     @staticmethod
     def explain(p: Placement) -> List[str]:
-        out = []
-        for row in p.devices:
+        out = ["every device a slot: GPU memory first (every host's GPUs), then RAM (the head's CPU first)"]
+        for row in p.devices or []:
             for s in row:
-                if s.count and not s.dev.is_cpu:
+                if s.count:
                     out.append(
-                        "%s %s holds %d layers in its own memory (GPU memory before RAM)"
-                        % (s.dev.host, s.dev.name, s.count)
+                        "%s %s holds layers %d-%d%s"
+                        % (
+                            s.dev.host,
+                            s.dev.name,
+                            s.first,
+                            s.first + s.count - 1,
+                            " in its own memory" if not s.dev.is_cpu and not s.dev.uma else "",
+                        )
                     )
+                if s.output:
+                    out.append(
+                        "output layer on %s %s: the last device that holds layers" % (s.dev.host, s.dev.name)
+                    )
+        if p.output_on_head:
+            out.append("output layer kept on the head %s's CPU" % p.head.name)
         return out
 
 
@@ -347,10 +372,23 @@ def overflows(p: Placement) -> Dict[str, float]:
     return out
 
 
-def refusal(p: Placement) -> PlacementError:
+def refusal(p: Placement, model: Model, opts: Options) -> PlacementError:
+    """The error for a fleet whose devices cannot hold the model: each device short of room with
+    its host and the MiB missing, and the best attempt (every host) as the table."""
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render import (
+        plan_entry,
+        render_device_table,
+    )
+
     missing = overflows(p)
     detail = "; ".join("%s: %.1f MiB missing" % (k, v) for k, v in sorted(missing.items()))
+    try:
+        rows = plan_entry(p, model, opts)["hosts"]
+    except ValueError:
+        rows = []
     return PlacementError(
-        "the model does not fit on the devices of these hosts (GPU memory first, then RAM): " + detail,
+        "the model does not fit on the devices of these hosts (GPU memory first, then RAM): %s\n%s"
+        % (detail, render_device_table(rows)),
+        table=rows,
         missing=missing,
     )

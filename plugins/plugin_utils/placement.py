@@ -52,6 +52,7 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs 
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render import (
     plan_entry,
+    render_device_table,
     render_table,
     vllm_partition,
     vllm_spread,
@@ -150,6 +151,8 @@ def plan_llama_cpp(
         "reasons": reasons,
         "table": render_table(entry["hosts"]),
     }
+    if has_gpus(devices_by_host):
+        plan["table"] += "\n\n" + render_device_table(entry["hosts"])
     if layout.get("weights_dtype_bytes"):
         # A Hugging Face checkpoint says its element width; the lws role scales to the served dtype.
         plan["vllm"]["weights_dtype_bytes"] = int(layout["weights_dtype_bytes"])
@@ -159,16 +162,40 @@ def plan_llama_cpp(
     plan["llama_cpp"] = choice.to_dict()
     plan["warnings"] = ([choice.warning] if choice.warning else []) + warnings + uncalibrated_warnings(entry)
     plan["fallbacks"] = fallback_plans(model, head_host, placement.workers, opts, placer) if fallbacks else []
-    plan["planned_with"] = planned_with(head_host, worker_hosts, opts, reserve_mib)
+    plan["planned_with"] = planned_with(
+        head_host, worker_hosts, opts, reserve_mib, device_inputs(head, workers)
+    )
     return plan
 
 
-def planned_with(head: Host, workers: Sequence[Host], opts: Options, reserve_mib: float) -> Dict[str, Any]:
+def device_inputs(head: Dict[str, Any], workers: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Per host with GPUs, the device inputs a plan records (planned_with): each device's name,
+    backend and total MiB, and the VRAM reserve. A CPU-only host records none (as before)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for h in [head, *workers]:
+        devices = h.get("devices") or []
+        if any(d.get("backend") != "cpu" for d in devices):
+            out[str(h["name"])] = {
+                "devices": [
+                    "%s %s %s" % (d.get("name"), d.get("backend"), d.get("memory_total_mib")) for d in devices
+                ],
+                "gpu_reserve_mib": float(h.get("gpu_reserve_mib", DEFAULT_GPU_RESERVE_MIB)),
+            }
+    return out
+
+
+def planned_with(
+    head: Host,
+    workers: Sequence[Host],
+    opts: Options,
+    reserve_mib: float,
+    devices: Optional[Dict[str, Dict[str, Any]]] = None,
+) -> Dict[str, Any]:
     """The inputs a plan was computed from, except the measurements (usable MiB).
 
     Recorded in the plan so that a later run can tell whether the same inputs would be planned
     again (``keep_previous``): the options, the default reserve and every candidate host with its
-    address, port, cpus, reserve and speed.
+    address, port, cpus, reserve and speed (and, for a host with GPUs, its devices and VRAM reserve).
     """
     return {
         "options": dataclasses.asdict(opts),
@@ -182,6 +209,7 @@ def planned_with(head: Host, workers: Sequence[Host], opts: Options, reserve_mib
                 "cpus": h.cpus,
                 "reserve_mib": h.reserve_mib,
                 "speed": h.speed,
+                **(devices or {}).get(h.name, {}),
             }
             for h in [head, *workers]
         ],
@@ -275,7 +303,12 @@ def keep_previous(
             "table": "",
         }
     changes = _changed_inputs(
-        previous, layout, model, planned_with(head_host, worker_hosts, opts, reserve_mib), backend, target
+        previous,
+        layout,
+        model,
+        planned_with(head_host, worker_hosts, opts, reserve_mib, device_inputs(head, workers)),
+        backend,
+        target,
     )
     if changes:
         return {

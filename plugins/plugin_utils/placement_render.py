@@ -113,6 +113,54 @@ def render_table(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def render_device_table(rows: List[Dict[str, Any]]) -> str:
+    """The plan's devices as a fixed-width text table, one row per device (also used in errors)."""
+    head = (
+        "host",
+        "device",
+        "report",
+        "backend",
+        "layers",
+        "out",
+        "weights",
+        "kv",
+        "compute",
+        "total",
+        "budget",
+    )
+    lines = [head]
+    for r in rows:
+        for d in r.get("devices") or []:
+            first, last = d["layers"]
+            p = d["predicted_mib"]
+            lines.append(
+                (
+                    r["name"],
+                    d["name"],
+                    d["report_name"],
+                    d["backend"] + ("" if d.get("calibrated", True) else " (uncalibrated)"),
+                    "-" if last <= first else "%d-%d" % (first, last - 1),
+                    "yes" if d["output_layer"] else "",
+                    "%.1f" % p["weights"],
+                    "%.1f" % p["kv"],
+                    "%.1f" % p["compute"],
+                    "%.1f" % p["total"],
+                    "%.1f" % d["budget_mib"],
+                )
+            )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = []
+    for n, line in enumerate(lines):
+        out.append(
+            "  ".join(
+                c.ljust(w) if i < 6 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))
+            ).rstrip()
+        )
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
 def split_args(
     endpoints: Sequence[str],
     head_layers: int,
