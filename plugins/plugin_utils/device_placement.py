@@ -363,7 +363,8 @@ def overflows(p: Placement) -> Dict[str, float]:
     out: Dict[str, float] = {}
     for host, row, pred in zip(p.hosts(), p.devices, p.predictions):
         for s in row:
-            over = s.prediction.total / MIB - s.budget_mib
+            # a uma device's share of the host's pool is the CPU's figure: here only its own cap
+            over = s.prediction.total / MIB - (s.dev.own_budget_mib if s.dev.uma else s.budget_mib)
             if s.used and over > 0.05 and not s.dev.is_cpu:
                 out["%s device %s" % (host.name, s.dev.name)] = round(over, 1)
         over = pred.total / MIB - host.budget_mib

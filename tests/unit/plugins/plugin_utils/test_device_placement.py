@@ -1,0 +1,252 @@
+"""Every device a slot: what-if fleets of recorded machines (tests/fixtures/hosts) with GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jsonschema
+import pytest
+from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_placement import (
+    DEFAULT_GPU_RESERVE_MIB,
+)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import PlacementError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import (
+    default_device_order,
+    rpc_device_names,
+)
+
+from tests.support import llama_split
+from tests.support.host_trees import recorded_hosts
+from tests.unit.plugins.plugin_utils.test_placement import host, layout
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+MODEL = {"name": "big", "url": "http://mirror/models/big.gguf", "sha256": "c" * 64}
+DESKTOP, LAPTOP, NAS, A100 = "rtx3060-desktop", "ryzen7840u-laptop", "celeron-nas", "a100-server"
+
+
+@pytest.fixture(scope="module")
+def facts() -> dict:
+    root = recorded_hosts()
+    return {n: hostinfo.probe(str(root / n)) for n in (DESKTOP, LAPTOP, NAS, A100)}
+
+
+def fleet(facts, head=DESKTOP, workers=(LAPTOP, NAS), **extra):
+    h = P.host_from_fact(head, facts[head], **extra.get(head, {}))
+    ws = [
+        P.host_from_fact(w, facts[w], address=f"10.0.0.{i + 2}", **extra.get(w, {}))
+        for i, w in enumerate(workers)
+    ]
+    return h, ws
+
+
+def devices(plan) -> list:
+    return [
+        (h["name"], d["name"], d["report_name"], d["layers"], d["output_layer"])
+        for h in plan["hosts"]
+        for d in h["devices"]
+    ]
+
+
+def check_split(plan, n_layer) -> None:
+    """The plan's arguments give each device exactly its layers under llama.cpp's rule (the
+    test-only emulation, tests/support/llama_split.py)."""
+    args = plan["llama_server_args"]
+    ts = llama_split.parse_tensor_split(args[args.index("--tensor-split") + 1])
+    ngl = int(args[args.index("-ngl") + 1])
+    names = args[args.index("--device") + 1].split(",")
+    cpu, per_device, out = llama_split.layer_counts(ts, n_layer, ngl)
+    rows = [d for h in plan["hosts"] for d in h["devices"]]
+    head_cpu = plan["hosts"][0]["devices"][0]
+    assert head_cpu["name"] == "CPU" and cpu == head_cpu["layers"][1] - head_cpu["layers"][0]
+    by_report = {d["report_name"]: d for d in rows}
+    for name, slots in zip(names, per_device):
+        d = by_report[name]
+        assert slots == d["layers"][1] - d["layers"][0] + (1 if d["output_layer"] else 0)
+    assert by_report[names[out]]["output_layer"]
+    if "--rpc" in args:
+        assert args.index("--rpc") < args.index("--device")  # RPC devices exist before --device names them
+
+
+def test_a_gpu_host_is_no_longer_planned_on_its_ram(facts) -> None:
+    """The 12 GiB desktop alone, a 40 x 300 MiB model: its GPU holds what fits, its RAM the rest."""
+    head, _ = fleet(facts, workers=())
+    plan = P.plan_llama_cpp(layout(n_layer=40, layer_mib=300), head, [])
+    assert plan["version"] == 2
+    (row,) = plan["hosts"]
+    cpu, gpu = row["devices"]
+    assert (cpu["name"], gpu["name"], gpu["report_name"], gpu["backend"]) == (
+        "CPU",
+        "Vulkan0",
+        "Vulkan0",
+        "vulkan",
+    )
+    assert gpu["layers"][1] - gpu["layers"][0] == 37 and gpu["output_layer"]
+    assert gpu["predicted_mib"]["total"] <= gpu["budget_mib"] == 11922 - DEFAULT_GPU_RESERVE_MIB
+    assert cpu["layers"] == [0, 3]
+    # the host's RAM holds 3 layers and the embeddings, not the model (today's code: all 40 layers)
+    assert row["predicted_mib"]["total"] < 1100
+    assert plan["llama_server_args"][:8] == [
+        "--device",
+        "Vulkan0",
+        "--tensor-split",
+        "38",
+        "-ngl",
+        "38",
+        "-sm",
+        "layer",
+    ]
+    check_split(plan, 40)
+
+
+def test_the_whatif_fleet_plans_vram_first(facts) -> None:
+    """Desktop (head, 12 GiB NVIDIA), AMD APU laptop, CPU NAS: every GPU is filled before any RAM
+    but the head's, the NAS takes what is left, the output layer on the last device."""
+    head, ws = fleet(facts)
+    plan = P.plan_llama_cpp(layout(n_layer=185, layer_mib=300), head, ws)
+    assert devices(plan) == [
+        (DESKTOP, "CPU", "CPU", [0, 84], False),
+        (DESKTOP, "Vulkan0", "Vulkan0", [84, 121], False),
+        (LAPTOP, "Vulkan0", "RPC0", [121, 174], False),
+        (NAS, "CPU", "RPC1", [174, 185], True),
+    ]
+    assert [h["layers"] for h in plan["hosts"]] == [[0, 121], [121, 174], [174, 185]]
+    args = plan["llama_server_args"]
+    assert args[:10] == [
+        "--rpc",
+        "10.0.0.2:50052,10.0.0.3:50052",
+        "--device",
+        "Vulkan0,RPC0,RPC1",
+        "--tensor-split",
+        "37,53,12",
+        "-ngl",
+        "102",
+        "-sm",
+        "layer",
+    ]
+    check_split(plan, 185)
+    for row in plan["hosts"]:
+        for d in row["devices"]:
+            assert d["predicted_mib"]["total"] <= d["budget_mib"], (row["name"], d)
+            assert d["calibrated"]
+        assert row["headroom_mib"] >= 0
+    # the laptop's iGPU shares its RAM: its layers are in the host's RAM figures, once
+    laptop = plan["hosts"][1]
+    assert laptop["predicted_mib"]["weights"] == laptop["devices"][0]["predicted_mib"]["weights"]
+    assert not plan["warnings"]
+    # a smaller model: the fewest hosts (as for CPUs), and a worker's GPU before the head's RAM
+    small = P.plan_llama_cpp(layout(n_layer=80, layer_mib=300), head, ws)
+    assert [(n, d, lay) for n, d, _r, lay, _o in devices(small)] == [
+        (DESKTOP, "CPU", [0, 43]),
+        (DESKTOP, "Vulkan0", [43, 80]),
+    ]
+    assert sorted(u["name"] for u in small["unused"]) == [NAS, LAPTOP]
+    check_split(small, 80)
+    middle = P.plan_llama_cpp(layout(n_layer=130, layer_mib=300), head, ws)
+    assert [(n, d, lay) for n, d, _r, lay, _o in devices(middle)] == [
+        (DESKTOP, "CPU", [0, 40]),
+        (DESKTOP, "Vulkan0", [40, 77]),
+        (LAPTOP, "Vulkan0", [77, 130]),
+    ]
+    check_split(middle, 130)
+
+
+def test_refusals_name_the_host_the_device_and_the_mib_missing(facts) -> None:
+    head, ws = fleet(facts)
+    with pytest.raises(PlacementError) as err:
+        P.plan_llama_cpp(layout(n_layer=200, layer_mib=300), head, ws)
+    assert err.value.missing == {"celeron-nas device CPU": pytest.approx(1821.0, abs=1.0)}
+    assert "celeron-nas device CPU: 1821.0 MiB missing" in str(err.value)
+    assert "Vulkan0" in str(err.value) and "RPC0" in str(err.value)  # the device table
+    # a uma device and the CPU share one pool: the laptop alone has 16 GiB, not 32
+    laptop, _ = fleet(facts, head=LAPTOP, workers=())
+    with pytest.raises(PlacementError) as err:
+        P.plan_llama_cpp(layout(n_layer=60, layer_mib=300), laptop, [])
+    assert list(err.value.missing) == ["ryzen7840u-laptop device CPU"]
+
+
+def test_the_vram_reserve_is_an_option(facts) -> None:
+    head, _ = fleet(facts, workers=(), **{DESKTOP: {"gpu_reserve_mib": 4096}})
+    plan = P.plan_llama_cpp(layout(n_layer=40, layer_mib=300), head, [])
+    gpu = plan["hosts"][0]["devices"][1]
+    assert gpu["budget_mib"] == 11922 - 4096 and gpu["layers"][1] - gpu["layers"][0] == 25
+    with pytest.raises(ValueError, match="rtx3060-desktop: llmfleet_gpu_reserve_mib"):
+        P.host_from_fact(DESKTOP, facts[DESKTOP], gpu_reserve_mib=-1)
+    assert plan["planned_with"]["hosts"][0]["gpu_reserve_mib"] == 4096.0
+
+
+def test_an_uncalibrated_backend_is_marked_and_warned(facts) -> None:
+    head, _ = fleet(facts, head=A100, workers=())
+    plan = P.make_plan(layout(n_layer=40, layer_mib=3000), MODEL, head, [])
+    gpus = plan["hosts"][0]["devices"][1:]
+    assert [(d["name"], d["backend"], d["calibrated"]) for d in gpus] == [
+        ("CUDA0", "cuda", False),
+        ("CUDA1", "cuda", False),
+    ]
+    assert any("a100-server CUDA0" in w and "not calibrated" in w for w in plan["warnings"])
+    with open(os.path.join(ROOT, "docs", "plan.schema.json"), encoding="utf-8") as handle:
+        jsonschema.validate(json.loads(json.dumps(plan)), json.load(handle))
+
+
+def test_a_cpu_only_fleet_plans_as_before_with_one_cpu_device_per_host() -> None:
+    ws = [host("a", 100), host("b", 100)]
+    opts = {"head_layers": False, "context": 512, "min_workers": 2}
+    plan = P.make_plan(layout(n_layer=8, layer_mib=10), MODEL, host("head", 60), ws, opts, reserve_mib=8)
+    assert "--device" not in plan["llama_server_args"]
+    for i, row in enumerate(plan["hosts"]):
+        (d,) = row["devices"]
+        assert (d["name"], d["backend"], d["layers"], d["output_layer"]) == (
+            "CPU",
+            "cpu",
+            row["layers"],
+            row["output_layer"],
+        )
+        assert d["report_name"] == ("CPU" if i == 0 else f"RPC{i - 1}")
+        assert d["predicted_mib"]["total"] <= d["budget_mib"]
+    with open(os.path.join(ROOT, "docs", "plan.schema.json"), encoding="utf-8") as handle:
+        jsonschema.validate(json.loads(json.dumps(plan)), json.load(handle))
+
+
+def test_a_version_2_plan_round_trips_through_plan_py(facts) -> None:
+    head, ws = fleet(facts)
+    data = P.make_plan(layout(n_layer=185, layer_mib=300), MODEL, head, ws)
+    plan = Plan.from_dict(json.loads(json.dumps(data)))
+    assert plan.to_dict() == json.loads(json.dumps(data))
+    assert [h.device_names() for h in plan.hosts] == [["CPU", "Vulkan0"], ["Vulkan0"], ["CPU"]]
+    head_plan = plan.head
+    assert [(d.report_name, d.layers, d.output_layer, d.calibrated) for d in head_plan.devices] == [
+        ("CPU", (0, 84), False, True),
+        ("Vulkan0", (84, 121), False, True),
+    ]
+    assert [d.name for d in head_plan.gpu_devices] == ["Vulkan0"]
+    assert plan.workers[1].devices[0].report_name == "RPC1" and plan.workers[1].devices[0].output_layer
+    assert plan.workers[0].devices[0].predicted_mib["total"] <= plan.workers[0].devices[0].budget_mib
+    # another split over hosts cannot say which device holds what
+    with pytest.raises(PlanError, match="rtx3060-desktop has devices"):
+        plan.with_split([plan.row(w) for w in plan.workers], 100, [70, 15], False)
+    # a version 1 plan is still read: one CPU per host
+    v1 = json.loads(json.dumps(data))
+    v1["version"] = 1
+    for row in v1["hosts"]:
+        del row["devices"]
+    old = Plan.from_dict(v1)
+    assert [[d.name for d in h.devices] for h in old.hosts] == [["CPU"], ["CPU"], ["CPU"]]
+    assert old.head.devices[0].layers == (0, 121)
+    bad = json.loads(json.dumps(data))
+    bad["hosts"][0]["devices"][1]["layers"] = [84, 120]
+    with pytest.raises(PlanError, match=r"hosts\[0\].devices must be devices holding the host's layers"):
+        Plan.from_dict(bad)
+    with pytest.raises(PlanError, match="version must be 1 or 2"):
+        Plan.from_dict(dict(data, version=3))
+
+
+def test_rpc_device_names_and_the_default_order() -> None:
+    """ggml-rpc.cpp numbers RPC devices over every endpoint; llama.cpp puts them before local GPUs."""
+    assert rpc_device_names([2, 1]) == [["RPC0", "RPC1"], ["RPC2"]]
+    with pytest.raises(ValueError):
+        rpc_device_names([0])
+    assert default_device_order(["RPC0"], ["Vulkan0"], ["Vulkan1"]) == ["RPC0", "Vulkan0"]
+    assert default_device_order(["RPC0"], [], ["Vulkan1"]) == ["RPC0", "Vulkan1"]
