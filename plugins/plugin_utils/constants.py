@@ -20,6 +20,8 @@ MIB = 1024 * 1024
 KV_PAD = 256
 DEFAULT_RPC_PORT = 50052
 DEFAULT_RESERVE_MIB = 64
+# VRAM kept free on each discrete GPU (a desktop's display, the driver): llmfleet_gpu_reserve_mib
+DEFAULT_GPU_RESERVE_MIB = 512
 
 # The KV cache types llama.cpp takes: (elements per block, bytes per block).
 CACHE_TYPES: Dict[str, Tuple[int, int]] = {

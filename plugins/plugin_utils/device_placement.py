@@ -24,7 +24,7 @@ from __future__ import absolute_import, annotations, division, print_function
 import dataclasses
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import MIB
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import DEFAULT_GPU_RESERVE_MIB, MIB
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import (
     Placement,
     Prediction,
@@ -42,9 +42,6 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts i
 
 __metaclass__ = type
 
-# VRAM kept free on every non-uma GPU (a desktop's display, the driver's own context); an
-# option (llmfleet_gpu_reserve_mib, per host or fleet-wide).
-DEFAULT_GPU_RESERVE_MIB = 512.0
 
 # Per backend: (compute-buffer factor over the CPU model, calibrated). Weights and KV are the
 # same bytes on every backend (bench/vulkan_buffers.md: identical on the pinned build); Vulkan's

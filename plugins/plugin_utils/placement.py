@@ -30,12 +30,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import DeviceError, host_devices
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import calibration, targets
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import (
+    DEFAULT_GPU_RESERVE_MIB,
     DEFAULT_RESERVE_MIB,
     DEFAULT_RPC_PORT,
     MIB,
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_placement import (
-    DEFAULT_GPU_RESERVE_MIB,
     DevicePlacer,
     has_gpus,
 )

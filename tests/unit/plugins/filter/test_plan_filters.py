@@ -48,3 +48,30 @@ def test_plan_hosts_reads_probe_facts_and_overrides():
         plan_hosts(["w3"], hostvars)
     with pytest.raises(AnsibleFilterError, match="not in the inventory"):
         plan_hosts(["nope"], hostvars)
+
+
+def test_a_gpu_fleet_through_the_filters_gives_a_version_2_plan_that_plan_py_reads():
+    """plan_hosts reads the devices of recorded machines' facts (and llmfleet_gpu_reserve_mib),
+    plan_placement plans them, plan.py reads the plan back with every device."""
+    from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan
+
+    from tests.support.host_trees import recorded_hosts
+
+    root = recorded_hosts()
+    hostvars = {
+        name: {"llmfleet_host": hostinfo.probe(str(root / name)), "llmfleet_rpc_address": f"10.0.0.{i}"}
+        for i, name in enumerate(("rtx3060-desktop", "ryzen7840u-laptop", "celeron-nas"), start=2)
+    }
+    hostvars["rtx3060-desktop"]["llmfleet_gpu_reserve_mib"] = 1024
+    head, *workers = plan_hosts(["rtx3060-desktop", "ryzen7840u-laptop", "celeron-nas"], hostvars)
+    assert [d["name"] for d in head["devices"]] == ["Vulkan0", "CPU"] and head["gpu_reserve_mib"] == 1024.0
+    assert "devices" not in workers[1]  # the NAS: CPU only, planned as before
+    data = plan_placement(layout(n_layer=185, layer_mib=300), MODEL, head, workers)
+    assert data["version"] == 2
+    plan = Plan.from_dict(data)
+    assert [h.device_names() for h in plan.hosts] == [["CPU", "Vulkan0"], ["Vulkan0"], ["CPU"]]
+    assert [d.report_name for h in plan.hosts for d in h.devices] == ["CPU", "Vulkan0", "RPC0", "RPC1"]
+    assert plan.head.devices[1].budget_mib == 11922 - 1024
+    assert plan.split_value("--device") == "Vulkan0,RPC0,RPC1"
+    assert sum(d.layer_count for h in plan.hosts for d in h.devices) == 185

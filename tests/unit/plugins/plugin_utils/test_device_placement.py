@@ -9,9 +9,7 @@ import jsonschema
 import pytest
 from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_placement import (
-    DEFAULT_GPU_RESERVE_MIB,
-)
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import DEFAULT_GPU_RESERVE_MIB
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import PlacementError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import (
