@@ -189,6 +189,8 @@ class DevicePlacer:
                     room = min(room, d.own_budget_mib * MIB)
             else:
                 room = d.own_budget_mib * MIB
+            if share is head_cpu and not opts.head_layers:
+                return 0  # llmfleet_head_layers: false keeps the head's CPU free of layers
             if share is head_cpu:
                 # the head's CPU already holds the embeddings and its compute buffer: what its
                 # layers add (and the output layer kept there with -ot)

@@ -91,3 +91,54 @@ def test_plan_records_the_pinned_build_and_warns_about_one_without_calibration(p
         "Memory model: llama.cpp build b6000, calibration b0c1e570 (not this build's)."
         in (tmp_path / "plan.md").read_text()
     )
+
+
+def test_a_head_with_a_gpu_gets_its_layers_on_it_and_plan_md_a_row_per_device(tmp_path):
+    """The what-if inventory with a 2 GiB discrete GPU on the head: the head's GPU holds the model
+    (llmfleet_head_layers: false keeps its CPU free), no worker is needed, and plan.md lists the
+    head's devices."""
+    import yaml
+
+    with open(INVENTORY, encoding="utf-8") as handle:
+        inventory = yaml.safe_load(handle)
+    head = inventory["all"]["children"]["llm_head"]["hosts"]["head1"]["llmfleet_host"]
+    head["devices"] = [
+        {
+            "name": "Vulkan0",
+            "backend": "vulkan",
+            "description": "Radeon RX 6400",
+            "type": "gpu",
+            "memory_total_mib": 4096,
+            "memory_free_mib": 2048,
+            "uma": False,
+        },
+        {
+            "name": "CPU",
+            "backend": "cpu",
+            "description": "CPU",
+            "type": "cpu",
+            "memory_total_mib": 400,
+            "memory_free_mib": 400,
+            "uma": False,
+        },
+    ]
+    gpu_inventory = tmp_path / "gpu.yml"
+    gpu_inventory.write_text(yaml.safe_dump(inventory))
+    env = dict(os.environ, LLMFLEET_TEST_MODEL=GEMMA, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", os.path.join(CACHE, "collections"))
+    cmd = ["ansible-playbook", os.path.join(ROOT, "playbooks", "plan.yml"), "-i", str(gpu_inventory)]
+    cmd += ["-e", f"llmfleet_output_dir={tmp_path}"]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    with open(os.path.join(ROOT, "docs", "plan.schema.json"), encoding="utf-8") as handle:
+        jsonschema.validate(plan, json.load(handle))
+    assert plan["version"] == 2 and plan["workers"] == []
+    assert [(d["name"], d["layers"], d["output_layer"]) for d in plan["hosts"][0]["devices"]] == [
+        ("CPU", [0, 0], False),
+        ("Vulkan0", [0, 18], True),
+    ]
+    assert plan["llama_server_args"][:6] == ["--device", "Vulkan0", "--tensor-split", "19", "-ngl", "19"]
+    md = (tmp_path / "plan.md").read_text()
+    assert "| head1 | Vulkan0 | Vulkan0 | vulkan | gpu | 0-17 | yes |" in md
+    assert "| head1 | CPU | CPU | cpu | cpu | - |  |" in md

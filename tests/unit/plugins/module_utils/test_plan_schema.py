@@ -43,8 +43,15 @@ def test_plans_validate(plan):
 def test_schema_rejects_a_broken_plan():
     plan = make([host("a", 300)], head_layers=False)
     for broken in (
-        {**plan, "version": 2},
+        {**plan, "version": 1},
         {**plan, "tensor_split": "1.5,x"},
+        {**plan, "hosts": [{k: v for k, v in plan["hosts"][0].items() if k != "devices"}]},
+        {
+            **plan,
+            "hosts": [
+                {**plan["hosts"][0], "devices": [{**plan["hosts"][0]["devices"][0], "report_name": ""}]}
+            ],
+        },
         {**plan, "vllm": {**plan["vllm"], "pp_layer_partition": "0,8"}},
         {k: v for k, v in plan.items() if k != "llama_server_args"},
         {**plan, "hosts": [{**plan["hosts"][0], "role": "boss"}]},
@@ -60,5 +67,8 @@ def test_format_doc_example_uses_schema_fields():
     data = json.loads(example)
     assert set(data) <= set(SCHEMA["properties"])
     host_fields = set(SCHEMA["$defs"]["host"]["properties"])
+    device_fields = set(SCHEMA["$defs"]["device"]["properties"])
     for h in data["hosts"]:
         assert set(h) <= host_fields
+        for d in h["devices"]:
+            assert set(d) == device_fields
