@@ -22,6 +22,7 @@ workers that fit are used, those with the most GPU memory first.
 from __future__ import absolute_import, annotations, division, print_function
 
 import dataclasses
+import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import DEFAULT_GPU_RESERVE_MIB, MIB
@@ -214,8 +215,12 @@ class DevicePlacer:
                     continue
                 s.count = min(rest, capacity(s, s is output_dev))
                 rest -= s.count
-                if s.dev.uma:
-                    pools_left[s.dev.host] -= s.count * per_layer + worker_compute_bytes(model, opts, True)
+                if s.dev.uma and s.count:
+                    # one pool with the host's RAM: what it takes, the CPU cannot
+                    factor = backend_model(s.dev.backend)[0]
+                    pools_left[s.dev.host] -= (
+                        s.count * per_layer + worker_compute_bytes(model, opts, True) * factor
+                    )
             # then RAM: the head's CPU, then the workers' CPUs in --rpc order
             for s in [head_cpu, *(c for c in chain if c.dev.is_cpu)]:
                 if rest == 0:
@@ -264,7 +269,7 @@ class DevicePlacer:
                 out[h.name] = (
                     model.token_embd_bytes
                     + model.other_bytes
-                    + head_compute_bytes(model, opts, holds_layers=False)
+                    + head_compute_bytes(model, opts, holds_layers=False, pp=True)
                     + opts.calibration.head_process_mib * MIB
                 )
             else:
@@ -324,11 +329,11 @@ class DevicePlacer:
                 assert s.prediction is not None
                 own = s.prediction.total / MIB
                 if s.dev.is_cpu:
-                    s.budget_mib = round(own + pool_left, 1)
+                    s.budget_mib = own + pool_left
                 elif s.dev.uma:
-                    s.budget_mib = round(min(s.dev.own_budget_mib, own + pool_left), 1)
+                    s.budget_mib = min(s.dev.own_budget_mib, own + pool_left)
                 else:
-                    s.budget_mib = round(s.dev.own_budget_mib, 1)
+                    s.budget_mib = s.dev.own_budget_mib
         return preds
 
     @staticmethod
@@ -363,13 +368,18 @@ def overflows(p: Placement) -> Dict[str, float]:
     for host, row, pred in zip(p.hosts(), p.devices, p.predictions):
         for s in row:
             # a uma device's share of the host's pool is the CPU's figure: here only its own cap
-            over = s.prediction.total / MIB - (s.dev.own_budget_mib if s.dev.uma else s.budget_mib)
-            if s.used and over > 0.05 and not s.dev.is_cpu:
-                out["%s device %s" % (host.name, s.dev.name)] = round(over, 1)
-        over = pred.total / MIB - host.budget_mib
-        if over > 0.05:
-            out["%s device CPU" % host.name] = round(over, 1)
+            cap = s.dev.own_budget_mib if s.dev.uma else s.budget_mib
+            over = s.prediction.total / MIB - cap
+            if s.used and s.prediction.total > cap * MIB and not s.dev.is_cpu:
+                out["%s device %s" % (host.name, s.dev.name)] = _up(over)
+        if pred.total > host.budget_mib * MIB:  # as Placement.fits
+            out["%s device CPU" % host.name] = _up(pred.total / MIB - host.budget_mib)
     return out
+
+
+def _up(mib: float) -> float:
+    """MiB missing, rounded up to 0.1 (a shortfall is never shown as 0.0)."""
+    return math.ceil(mib * 10.0 - 1e-9) / 10.0
 
 
 def refusal(p: Placement, model: Model, opts: Options) -> PlacementError:

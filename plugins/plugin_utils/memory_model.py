@@ -217,10 +217,10 @@ class Placement:
         return [self.head, *self.workers]
 
     def fits(self) -> bool:
-        for row in self.devices or []:
-            for share in row:
-                if share.used and not share.dev.is_cpu and share.prediction.total > share.budget_mib * MIB:
-                    return False
+        if self.devices is not None:
+            from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_placement import overflows
+
+            return not overflows(self)
         return all(p.total <= h.budget_mib * MIB for h, p in zip(self.hosts(), self.predictions))
 
     def min_headroom_ratio(self) -> float:

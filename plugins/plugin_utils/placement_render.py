@@ -283,7 +283,7 @@ def device_rows(p: Placement, model: Model, opts: Options) -> List[List[Dict[str
                         "compute": mib["compute"],
                         "total": round(mib["weights"] + mib["kv"] + mib["compute"], 2),
                     },
-                    "budget_mib": share.budget_mib,
+                    "budget_mib": round(share.budget_mib, 1),
                     "calibrated": backend_model(share.dev.backend)[1],
                 }
             )

@@ -16,6 +16,8 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import
     default_device_order,
     rpc_device_names,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.support import llama_split
 from tests.support.host_trees import recorded_hosts
@@ -61,10 +63,14 @@ def check_split(plan, n_layer) -> None:
     head_cpu = plan["hosts"][0]["devices"][0]
     assert head_cpu["name"] == "CPU" and cpu == head_cpu["layers"][1] - head_cpu["layers"][0]
     by_report = {d["report_name"]: d for d in rows}
-    for name, slots in zip(names, per_device):
+    for i, (name, slots) in enumerate(zip(names, per_device)):
         d = by_report[name]
-        assert slots == d["layers"][1] - d["layers"][0] + (1 if d["output_layer"] else 0)
-    assert by_report[names[out]]["output_layer"]
+        # the output slot lands on the last device with a share (-ot may keep the layer on the CPU)
+        assert slots == d["layers"][1] - d["layers"][0] + (1 if i == out else 0)
+    if head_cpu["output_layer"]:
+        assert args[args.index("-ot") + 1] == r"^(output|token_embd)\.weight$=CPU"
+    else:
+        assert by_report[names[out]]["output_layer"]
     if "--rpc" in args:
         assert args.index("--rpc") < args.index("--device")  # RPC devices exist before --device names them
 
@@ -157,7 +163,7 @@ def test_refusals_name_the_host_the_device_and_the_mib_missing(facts) -> None:
     with pytest.raises(PlacementError) as err:
         P.plan_llama_cpp(layout(n_layer=200, layer_mib=300), head, ws)
     assert err.value.missing == {"celeron-nas device CPU": pytest.approx(1821.0, abs=1.0)}
-    assert "celeron-nas device CPU: 1821.0 MiB missing" in str(err.value)
+    assert "celeron-nas device CPU: 1821.1 MiB missing" in str(err.value)
     assert "Vulkan0" in str(err.value) and "RPC0" in str(err.value)  # the device table
     # a uma device and the CPU share one pool: the laptop alone has 16 GiB, not 32
     laptop, _ = fleet(facts, head=LAPTOP, workers=())
@@ -248,3 +254,58 @@ def test_rpc_device_names_and_the_default_order() -> None:
         rpc_device_names([0])
     assert default_device_order(["RPC0"], ["Vulkan0"], ["Vulkan1"]) == ["RPC0", "Vulkan0"]
     assert default_device_order(["RPC0"], [], ["Vulkan1"]) == ["RPC0", "Vulkan1"]
+
+
+def gpu(name, free, uma=False):
+    return {
+        "name": name,
+        "backend": "vulkan",
+        "description": "test",
+        "type": "igpu" if uma else "gpu",
+        "memory_total_mib": free,
+        "memory_free_mib": free,
+        "uma": uma,
+    }
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n_layer=st.integers(2, 40),
+    layer_mib=st.sampled_from([5.0, 20.0, 80.0]),
+    head_gpus=st.lists(st.integers(0, 3000), max_size=2),
+    workers=st.lists(
+        st.tuples(st.integers(100, 3000), st.sampled_from(["none", "gpu", "uma"]), st.integers(0, 3000)),
+        max_size=3,
+    ),
+    head_mib=st.integers(100, 3000),
+    output=st.sampled_from(["auto", "head"]),
+)
+def test_every_device_plan_fits_its_budgets_and_llamas_split(
+    n_layer, layer_mib, head_gpus, workers, head_mib, output
+) -> None:
+    """Random fleets with GPUs: a plan (when one fits) keeps every device and every host within
+    its budget, the devices hold every layer once, and llama.cpp's rule gives each device exactly
+    its layers."""
+    head = dict(host("head", head_mib), devices=[gpu(f"Vulkan{i}", m) for i, m in enumerate(head_gpus)])
+    ws = []
+    for i, (usable, kind, vram) in enumerate(workers):
+        w = host(f"w{i}", usable, port=50052 + i)
+        if kind != "none":
+            w["devices"] = [gpu("Vulkan0", min(vram, usable) if kind == "uma" else vram, uma=kind == "uma")]
+        ws.append(w)
+    try:
+        plan = P.plan_llama_cpp(
+            layout(n_layer=n_layer, layer_mib=layer_mib), head, ws, {"output_layer": output}
+        )
+    except PlacementError as err:
+        assert err.missing
+        if head_gpus or any(kind != "none" for _u, kind, _v in workers):
+            assert all(" device " in k for k in err.missing), err.missing
+        return
+    assert sum(d["layers"][1] - d["layers"][0] for h in plan["hosts"] for d in h["devices"]) == n_layer
+    for row in plan["hosts"]:
+        assert row["headroom_mib"] >= -0.05, row
+        for d in row["devices"]:
+            assert d["predicted_mib"]["total"] <= d["budget_mib"] + 0.05, (row["name"], d)
+    if "--device" in plan["llama_server_args"] and "none" not in plan["llama_server_args"]:
+        check_split(plan, n_layer)
