@@ -19,6 +19,7 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model impo
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Host, Model, Options
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import (
     rpc_device_names,
+    rpc_report_names,
     tensor_split_for,
     verify_split,
 )
@@ -226,9 +227,10 @@ def _device_split_args(
 def device_rows(p: Placement, model: Model, opts: Options) -> List[List[Dict[str, Any]]]:
     """Each host's ``devices`` (plan.json version 2), head first: the devices a placement uses,
     in llama.cpp's order, each named as the host lists it (``name``) and as the head's buffer
-    report prints it (``report_name``: the head's own devices by their names, a worker's as the
-    RPC device the head numbers it: ``RPC0``, ``RPC1``... over the endpoints in ``--rpc`` order,
-    each endpoint's devices in its ``-d`` order; ggml-rpc.cpp ggml_backend_rpc_add_server)."""
+    report prints it (``report_name``: the head's own devices by their names, a worker's as
+    ``RPC<i>[<endpoint>]``, ``i`` its place in its rpc-server's ``-d`` list:
+    split_rule.rpc_report_names). ``--device`` names a worker's devices otherwise (``RPC<n>``
+    over every endpoint: split_rule.rpc_device_names, in llama_args)."""
     from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_placement import backend_model
 
     out: List[List[Dict[str, Any]]] = []
@@ -245,7 +247,9 @@ def device_rows(p: Placement, model: Model, opts: Options) -> List[List[Dict[str
                 [
                     {
                         "name": "CPU",
-                        "report_name": "CPU" if i == 0 else rpc_device_names([1] * i)[-1][0],
+                        "report_name": "CPU"
+                        if i == 0
+                        else rpc_report_names([host.endpoint or ""], [1])[0][0],
                         "backend": "cpu",
                         "type": "cpu",
                         "layers": [first, first + count],
@@ -262,7 +266,9 @@ def device_rows(p: Placement, model: Model, opts: Options) -> List[List[Dict[str
                 ]
             )
         return out
-    rpc_names = rpc_device_names([sum(1 for s in row if s.used) for row in p.devices[1:]])
+    rpc_names = rpc_report_names(
+        [h.endpoint or "" for h in p.workers], [sum(1 for s in row if s.used) for row in p.devices[1:]]
+    )
     for i, row in enumerate(p.devices):
         got = []
         kept = [s for s in row if s.used or (i == 0 and s.dev.is_cpu)]

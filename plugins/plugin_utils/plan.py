@@ -75,7 +75,8 @@ class Device:
 
     ``name`` is the device as the host lists it (``Vulkan0``, ``CPU``: what an rpc-server's
     ``-d`` takes), ``report_name`` as the head's llama.cpp prints it in its buffer report
-    (``Vulkan0``, ``CPU`` on the head; ``RPC0``, ``RPC1``... for the workers' devices),
+    (``Vulkan0``, ``CPU`` on the head; ``RPC<i>[<endpoint>]`` for a worker's device, ``i`` its
+    place in the worker's ``-d`` list: ``RPC0[10.0.0.2:50052]``),
     ``layers`` [first, last) of the repeating layers, ``predicted_mib`` its buffers (weights, kv,
     compute, total) and ``budget_mib`` what it may hold; ``calibrated`` whether its backend's
     memory model is measured on the pinned build."""
@@ -439,7 +440,7 @@ class Plan:
             placed.append(row)
             first += count
         head_row = _one_cpu(head_row, "CPU")
-        placed = [_one_cpu(row, "RPC%d" % i) for i, row in enumerate(placed)]
+        placed = [_one_cpu(row, "RPC0[%s]" % row.get("endpoint")) for row in placed]
         args = split_args([str(w.get("endpoint")) for w in placed], head_layers, list(counts), output_on_head)
         args += self.option_args()
         if poll is not None:

@@ -68,7 +68,7 @@ def verify_split(tensor_split: str, slot_counts: Sequence[int], n_layer: int, ng
 
 
 def rpc_device_names(devices_per_endpoint: Sequence[int]) -> List[List[str]]:
-    """The names the head gives the RPC devices: ``RPC<n>``, numbered over every endpoint of
+    """The names the head gives the RPC devices (what ``--device`` takes): ``RPC<n>``, numbered over every endpoint of
     ``--rpc`` in order and, within one endpoint, in the order its rpc-server offers them (its
     ``-d`` list).
 
@@ -86,6 +86,24 @@ def rpc_device_names(devices_per_endpoint: Sequence[int]) -> List[List[str]]:
         out.append(["RPC%d" % (n + i) for i in range(count)])
         n += count
     return out
+
+
+def rpc_report_names(endpoints: Sequence[str], devices_per_endpoint: Sequence[int]) -> List[List[str]]:
+    """How the head's buffer report prints the RPC devices: ``RPC<i>[<endpoint>]``, ``i`` the
+    device's index on its own rpc-server (its place in the ``-d`` list), not the device's name.
+
+    The pinned build names an RPC device's buffer type and backend ``"RPC" + device + "[" +
+    endpoint + "]"`` with ``device`` the index within the endpoint (ggml-rpc.cpp
+    ``ggml_backend_rpc_buffer_type`` and ``ggml_backend_rpc_init``, called with the device
+    context's ``device = ind``); the load_tensors / llama_kv_cache / sched_reserve lines print
+    those names (``RPC1[127.0.0.1:50300] model buffer size``: bench/vulkan_buffers.json).
+    """
+    if len(endpoints) != len(devices_per_endpoint):
+        raise ValueError("%d endpoints for %d device counts" % (len(endpoints), len(devices_per_endpoint)))
+    rpc_device_names(devices_per_endpoint)  # the same counts must be valid
+    return [
+        ["RPC%d[%s]" % (i, ep) for i in range(count)] for ep, count in zip(endpoints, devices_per_endpoint)
+    ]
 
 
 def default_device_order(rpc: Sequence[str], gpus: Sequence[str], igpus: Sequence[str]) -> List[str]:

@@ -71,7 +71,12 @@ def test_a_gpu_fleet_through_the_filters_gives_a_version_2_plan_that_plan_py_rea
     assert data["version"] == 2
     plan = Plan.from_dict(data)
     assert [h.device_names() for h in plan.hosts] == [["CPU", "Vulkan0"], ["Vulkan0"], ["CPU"]]
-    assert [d.report_name for h in plan.hosts for d in h.devices] == ["CPU", "Vulkan0", "RPC0", "RPC1"]
+    assert [d.report_name for h in plan.hosts for d in h.devices] == [
+        "CPU",
+        "Vulkan0",
+        "RPC0[10.0.0.3:50052]",
+        "RPC0[10.0.0.4:50052]",
+    ]
     assert plan.head.devices[1].budget_mib == 11922 - 1024
     assert plan.split_value("--device") == "Vulkan0,RPC0,RPC1"
     assert sum(d.layer_count for h in plan.hosts for d in h.devices) == 185

@@ -15,6 +15,7 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan,
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import (
     default_device_order,
     rpc_device_names,
+    rpc_report_names,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -62,15 +63,18 @@ def check_split(plan, n_layer) -> None:
     rows = [d for h in plan["hosts"] for d in h["devices"]]
     head_cpu = plan["hosts"][0]["devices"][0]
     assert head_cpu["name"] == "CPU" and cpu == head_cpu["layers"][1] - head_cpu["layers"][0]
-    by_report = {d["report_name"]: d for d in rows}
-    for i, (name, slots) in enumerate(zip(names, per_device)):
-        d = by_report[name]
+    # --device: the head's GPUs by their names, then the workers' devices as RPC<n> over every endpoint
+    chain = rows[1:]
+    assert len(names) == len(chain)
+    n_head = len(plan["hosts"][0]["devices"]) - 1
+    assert names == [d["name"] for d in chain[:n_head]] + [f"RPC{k}" for k in range(len(chain) - n_head)]
+    for i, (d, slots) in enumerate(zip(chain, per_device)):
         # the output slot lands on the last device with a share (-ot may keep the layer on the CPU)
         assert slots == d["layers"][1] - d["layers"][0] + (1 if i == out else 0)
     if head_cpu["output_layer"]:
         assert args[args.index("-ot") + 1] == r"^(output|token_embd)\.weight$=CPU"
     else:
-        assert by_report[names[out]]["output_layer"]
+        assert chain[out]["output_layer"]
     if "--rpc" in args:
         assert args.index("--rpc") < args.index("--device")  # RPC devices exist before --device names them
 
@@ -114,8 +118,8 @@ def test_the_whatif_fleet_plans_vram_first(facts) -> None:
     assert devices(plan) == [
         (DESKTOP, "CPU", "CPU", [0, 84], False),
         (DESKTOP, "Vulkan0", "Vulkan0", [84, 121], False),
-        (LAPTOP, "Vulkan0", "RPC0", [121, 174], False),
-        (NAS, "CPU", "RPC1", [174, 185], True),
+        (LAPTOP, "Vulkan0", "RPC0[10.0.0.2:50052]", [121, 174], False),
+        (NAS, "CPU", "RPC0[10.0.0.3:50052]", [174, 185], True),
     ]
     assert [h["layers"] for h in plan["hosts"]] == [[0, 121], [121, 174], [174, 185]]
     args = plan["llama_server_args"]
@@ -164,7 +168,7 @@ def test_refusals_name_the_host_the_device_and_the_mib_missing(facts) -> None:
         P.plan_llama_cpp(layout(n_layer=200, layer_mib=300), head, ws)
     assert err.value.missing == {"celeron-nas device CPU": pytest.approx(1821.0, abs=1.0)}
     assert "celeron-nas device CPU: 1821.1 MiB missing" in str(err.value)
-    assert "Vulkan0" in str(err.value) and "RPC0" in str(err.value)  # the device table
+    assert "Vulkan0" in str(err.value) and "RPC0[10.0.0.2:50052]" in str(err.value)  # the device table
     # a uma device and the CPU share one pool: the laptop alone has 16 GiB, not 32
     laptop, _ = fleet(facts, head=LAPTOP, workers=())
     with pytest.raises(PlacementError) as err:
@@ -208,7 +212,7 @@ def test_a_cpu_only_fleet_plans_as_before_with_one_cpu_device_per_host() -> None
             row["layers"],
             row["output_layer"],
         )
-        assert d["report_name"] == ("CPU" if i == 0 else f"RPC{i - 1}")
+        assert d["report_name"] == ("CPU" if i == 0 else f"RPC0[{row['endpoint']}]")
         assert d["predicted_mib"]["total"] <= d["budget_mib"]
     with open(os.path.join(ROOT, "docs", "plan.schema.json"), encoding="utf-8") as handle:
         jsonschema.validate(json.loads(json.dumps(plan)), json.load(handle))
@@ -226,7 +230,8 @@ def test_a_version_2_plan_round_trips_through_plan_py(facts) -> None:
         ("Vulkan0", (84, 121), False, True),
     ]
     assert [d.name for d in head_plan.gpu_devices] == ["Vulkan0"]
-    assert plan.workers[1].devices[0].report_name == "RPC1" and plan.workers[1].devices[0].output_layer
+    assert plan.workers[1].devices[0].report_name == "RPC0[10.0.0.3:50052]"
+    assert plan.workers[1].devices[0].output_layer
     assert plan.workers[0].devices[0].predicted_mib["total"] <= plan.workers[0].devices[0].budget_mib
     # another split over hosts cannot say which device holds what
     with pytest.raises(PlanError, match="rtx3060-desktop has devices"):
@@ -248,8 +253,10 @@ def test_a_version_2_plan_round_trips_through_plan_py(facts) -> None:
 
 
 def test_rpc_device_names_and_the_default_order() -> None:
-    """ggml-rpc.cpp numbers RPC devices over every endpoint; llama.cpp puts them before local GPUs."""
+    """ggml-rpc.cpp names RPC devices over every endpoint and their buffers per endpoint;
+    llama.cpp puts them before local GPUs."""
     assert rpc_device_names([2, 1]) == [["RPC0", "RPC1"], ["RPC2"]]
+    assert rpc_report_names(["a:1", "b:2"], [2, 1]) == [["RPC0[a:1]", "RPC1[a:1]"], ["RPC0[b:2]"]]
     with pytest.raises(ValueError):
         rpc_device_names([0])
     assert default_device_order(["RPC0"], ["Vulkan0"], ["Vulkan1"]) == ["RPC0", "Vulkan0"]
@@ -309,3 +316,21 @@ def test_every_device_plan_fits_its_budgets_and_llamas_split(
             assert d["predicted_mib"]["total"] <= d["budget_mib"] + 0.05, (row["name"], d)
     if "--device" in plan["llama_server_args"] and "none" not in plan["llama_server_args"]:
         check_split(plan, n_layer)
+
+
+def test_a_worker_offers_its_gpu_and_its_cpu_from_one_rpc_server(facts) -> None:
+    """The NAS as the head, the desktop as a worker: the desktop's GPU first, then RAM (the
+    head's, then the desktop's): one rpc-server with two devices, RPC0 and RPC1 on the head."""
+    head, ws = fleet(facts, head=NAS, workers=(DESKTOP,))
+    plan = P.plan_llama_cpp(layout(n_layer=60, layer_mib=300), head, ws)
+    rows = devices(plan)
+    assert [(n, d, r) for n, d, r, _l, _o in rows] == [
+        (NAS, "CPU", "CPU"),
+        (DESKTOP, "Vulkan0", "RPC0[10.0.0.2:50052]"),
+        (DESKTOP, "CPU", "RPC1[10.0.0.2:50052]"),
+    ]
+    assert rows[1][3][1] - rows[1][3][0] == 37 and rows[2][4]  # the GPU full, the output on the CPU
+    args = plan["llama_server_args"]
+    assert args[args.index("--device") + 1] == "RPC0,RPC1"
+    assert Plan.from_dict(plan).workers[0].device_names() == ["Vulkan0", "CPU"]
+    check_split(plan, 60)
