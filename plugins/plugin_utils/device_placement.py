@@ -92,7 +92,7 @@ class Share:
     count: int = 0
     first: int = 0
     output: bool = False
-    prediction: Optional[Prediction] = None
+    prediction: Prediction = dataclasses.field(default_factory=lambda: Prediction(0.0, 0.0, 0.0, 0.0, 0.0))
     budget_mib: float = 0.0
 
     @property
@@ -150,15 +150,12 @@ class DevicePlacer:
             return sum(max(d.own_budget_mib, 0.0) for d in self.devs(h) if not d.is_cpu and not d.uma)
 
         order = sorted(workers, key=lambda h: (-vram(h), h.rank))
-        last: Optional[Placement] = None
         for size in range(min(max(opts.min_workers, 0), len(order)), len(order) + 1):
-            used = order[:size]
-            got = self.place(model, head, used, opts)
-            last = got
+            got = self.place(model, head, order[:size], opts)
             if got.fits():
                 return got, self.explain(got), {}
-        assert last is not None
-        raise refusal(last, model, opts)
+        # the last attempt used every worker: the refusal shows it
+        raise refusal(self.place(model, head, order, opts), model, opts)
 
     def place(self, model: Model, head: Host, workers: List[Host], opts: Options) -> Placement:
         """The placement on ``head`` + ``workers`` (it may not fit: see Placement.fits)."""
@@ -204,7 +201,7 @@ class DevicePlacer:
 
         rest = model.n_layer
         output_dev: Optional[Share] = None
-        for _ in range(4):
+        for _attempt in range(4):
             pools_left = {n: pools[n] - host_fixed[n] for n in pools}
             for s in [*chain, head_cpu]:
                 s.count = 0
@@ -320,13 +317,11 @@ class DevicePlacer:
             ) * MIB
             # a worker stages the tensor it receives in RAM before its device takes it
             cpu_share = row[-1].prediction
-            assert cpu_share is not None
             peak = 0.0 if is_head else max(0.0, largest - (cpu_share.kv + cpu_share.compute))
             host_pred = Prediction(ram.weights, ram.kv, ram.compute, process, peak)
             preds.append(host_pred)
             pool_left = host.budget_mib - host_pred.total / MIB
             for s in row:
-                assert s.prediction is not None
                 own = s.prediction.total / MIB
                 if s.dev.is_cpu:
                     s.budget_mib = own + pool_left

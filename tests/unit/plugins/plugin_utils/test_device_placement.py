@@ -82,7 +82,7 @@ def check_split(plan, n_layer) -> None:
 
 def test_a_gpu_host_is_no_longer_planned_on_its_ram(facts) -> None:
     """The 12 GiB desktop alone, a 40 x 300 MiB model: its GPU holds what fits, its RAM the rest."""
-    head, _ = fleet(facts, workers=())
+    head, _none = fleet(facts, workers=())
     plan = P.plan_llama_cpp(layout(n_layer=40, layer_mib=300), head, [])
     assert plan["version"] == 2
     (row,) = plan["hosts"]
@@ -171,14 +171,14 @@ def test_refusals_name_the_host_the_device_and_the_mib_missing(facts) -> None:
     assert "celeron-nas device CPU: 1821.1 MiB missing" in str(err.value)
     assert "Vulkan0" in str(err.value) and "RPC0[10.0.0.2:50052]" in str(err.value)  # the device table
     # a uma device and the CPU share one pool: the laptop alone has 16 GiB, not 32
-    laptop, _ = fleet(facts, head=LAPTOP, workers=())
+    laptop, _none = fleet(facts, head=LAPTOP, workers=())
     with pytest.raises(PlacementError) as err:
         P.plan_llama_cpp(layout(n_layer=60, layer_mib=300), laptop, [])
     assert list(err.value.missing) == ["ryzen7840u-laptop device CPU"]
 
 
 def test_the_vram_reserve_is_an_option(facts) -> None:
-    head, _ = fleet(facts, workers=(), **{DESKTOP: {"gpu_reserve_mib": 4096}})
+    head, _none = fleet(facts, workers=(), **{DESKTOP: {"gpu_reserve_mib": 4096}})
     plan = P.plan_llama_cpp(layout(n_layer=40, layer_mib=300), head, [])
     gpu = plan["hosts"][0]["devices"][1]
     assert gpu["budget_mib"] == 11922 - 4096 and gpu["layers"][1] - gpu["layers"][0] == 25
@@ -188,7 +188,7 @@ def test_the_vram_reserve_is_an_option(facts) -> None:
 
 
 def test_an_uncalibrated_backend_is_marked_and_warned(facts) -> None:
-    head, _ = fleet(facts, head=A100, workers=())
+    head, _none = fleet(facts, head=A100, workers=())
     plan = P.make_plan(layout(n_layer=40, layer_mib=3000), MODEL, head, [])
     gpus = plan["hosts"][0]["devices"][1:]
     assert [(d["name"], d["backend"], d["calibrated"]) for d in gpus] == [
