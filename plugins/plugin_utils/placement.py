@@ -318,6 +318,10 @@ def keep_previous(
             "table": "",
         }
     current = {h.name: h for h in [head_host, *worker_hosts]}
+    devices_now = {str(h["name"]): h.get("devices") or [] for h in [head, *workers]}
+    gpu_reserves = {
+        str(h["name"]): float(h.get("gpu_reserve_mib", DEFAULT_GPU_RESERVE_MIB)) for h in [head, *workers]
+    }
     rows: List[Dict[str, Any]] = []
     short: List[str] = []
     for row in previous["hosts"]:
@@ -340,6 +344,7 @@ def keep_previous(
                 " may use half the reserve)"
                 % (host.name, total, host.usable_mib, host.reserve_mib, -headroom)
             )
+        short.extend(_gpus_short(row, devices_now.get(host.name) or [], gpu_reserves.get(host.name)))
     table = render_table(rows)
     if short:
         return {
@@ -359,6 +364,35 @@ def keep_previous(
         "hosts": rows,
         "table": table,
     }
+
+
+def _gpus_short(
+    row: Dict[str, Any], devices_now: Sequence[Dict[str, Any]], reserve: Optional[float]
+) -> List[str]:
+    """A kept plan's discrete GPUs that no longer have room for their buffers (free now less the VRAM
+    reserve, of which a kept plan may use half, as for a host's RAM); a uma device is in the RAM check."""
+    now = {str(d.get("name")): d for d in devices_now}
+    out = []
+    for dev in row.get("devices") or []:
+        got = now.get(str(dev.get("name")))
+        if dev.get("backend", "cpu") == "cpu" or (
+            dev["layers"][1] <= dev["layers"][0] and not dev["output_layer"]
+        ):
+            continue
+        if got is None:
+            out.append("%s %s is gone" % (row["name"], dev["name"]))
+            continue
+        if got.get("uma"):
+            continue
+        keep = float(reserve if reserve is not None else DEFAULT_GPU_RESERVE_MIB)
+        need = float(dev["predicted_mib"]["total"])
+        free = float(got.get("memory_free_mib") or 0)
+        if free - keep - need < -keep / 2.0:
+            out.append(
+                "%s %s needs %.1f MiB but has %.0f free - %.0f reserve now (a kept plan may use half the"
+                " reserve)" % (row["name"], dev["name"], need, free, keep)
+            )
+    return out
 
 
 def fallback_plans(

@@ -370,3 +370,17 @@ def test_the_vulkan_compute_factor_is_calibrated_on_the_recorded_buffers() -> No
     assert len(pairs) >= 6
     assert all(within_goal(cpu * factor, reported) for reported, cpu in pairs), pairs
     assert not all(within_goal(cpu, reported) for reported, cpu in pairs)
+
+
+def test_a_kept_plan_is_dropped_when_a_gpu_filled_up(facts) -> None:
+    """keep_previous checks each planned GPU's free memory now, as it checks each host's RAM."""
+    head, ws = fleet(facts, workers=())
+    lay = layout(n_layer=40, layer_mib=300)
+    previous = P.make_plan(lay, MODEL, head, [])
+    model = {**MODEL, "file": "big.gguf"}
+    previous["model"]["file"] = "big.gguf"
+    assert P.keep_previous(previous, lay, model, head, [])["keep"]
+    busy = dict(head, devices=[dict(head["devices"][0], memory_free_mib=9000), head["devices"][1]])
+    verdict = P.keep_previous(previous, lay, model, busy, [])
+    assert not verdict["keep"]
+    assert "rtx3060-desktop Vulkan0 needs 11188.5 MiB but has 9000 free - 512 reserve now" in verdict["reasons"][0]
