@@ -374,7 +374,7 @@ def test_the_vulkan_compute_factor_is_calibrated_on_the_recorded_buffers() -> No
 
 def test_a_kept_plan_is_dropped_when_a_gpu_filled_up(facts) -> None:
     """keep_previous checks each planned GPU's free memory now, as it checks each host's RAM."""
-    head, ws = fleet(facts, workers=())
+    head, _none = fleet(facts, workers=())
     lay = layout(n_layer=40, layer_mib=300)
     previous = P.make_plan(lay, MODEL, head, [])
     model = {**MODEL, "file": "big.gguf"}
