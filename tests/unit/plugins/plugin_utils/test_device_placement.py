@@ -383,4 +383,7 @@ def test_a_kept_plan_is_dropped_when_a_gpu_filled_up(facts) -> None:
     busy = dict(head, devices=[dict(head["devices"][0], memory_free_mib=9000), head["devices"][1]])
     verdict = P.keep_previous(previous, lay, model, busy, [])
     assert not verdict["keep"]
-    assert "rtx3060-desktop Vulkan0 needs 11188.5 MiB but has 9000 free - 512 reserve now" in verdict["reasons"][0]
+    assert (
+        "rtx3060-desktop Vulkan0 needs 11188.5 MiB but has 9000 free - 512 reserve now"
+        in verdict["reasons"][0]
+    )
