@@ -74,6 +74,12 @@ NOT_NEEDED = "not needed: the model fits on fewer hosts"
 PLAN_VERSION = 2
 
 
+def _memory_only(_placement: Placement, _model: Model, _opts: Options) -> Dict[str, Any]:
+    """The plan's objective fields on a fleet with GPUs: planned for memory, no speed prediction
+    (the time model prices hosts' CPUs, not devices)."""
+    return {"objective": "memory", "speed": None}
+
+
 def uncalibrated_warnings(entry: Dict[str, Any]) -> List[str]:
     """One warning per host device whose backend's memory model is not measured on the pinned build."""
     out = []
@@ -122,7 +128,8 @@ def plan_llama_cpp(
                 "the speed objective does not price devices yet: this fleet has GPUs, planned for memory"
                 " (GPU memory first, then RAM)"
             )
-            annotate = None
+        if annotate is not None:
+            annotate = _memory_only
         placer = DevicePlacer(
             devices_by_host,
             {

@@ -387,3 +387,19 @@ def test_a_kept_plan_is_dropped_when_a_gpu_filled_up(facts) -> None:
         "rtx3060-desktop Vulkan0 needs 11188.5 MiB but has 9000 free - 512 reserve now"
         in verdict["reasons"][0]
     )
+
+
+def test_the_speed_objective_on_a_gpu_fleet_plans_for_memory_and_says_so(facts) -> None:
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed_search
+
+    head, ws = fleet(facts)
+    figures = {"ms_per_layer": 1.0, "rtt_ms": 0.5, "mbit_s": 1000.0}
+    head["speed"] = dict(figures)
+    for w in ws:
+        w["speed"] = dict(figures)
+    plan = speed_search.make_plan(layout(n_layer=185, layer_mib=300), MODEL, head, ws, {"objective": "speed"})
+    assert plan["objective"] == "memory" and plan["speed"] is None
+    assert any("does not price devices" in w for w in plan["warnings"])
+    assert [h["name"] for h in plan["hosts"]] == [DESKTOP, LAPTOP, NAS]
+    with open(os.path.join(ROOT, "docs", "plan.schema.json"), encoding="utf-8") as handle:
+        jsonschema.validate(json.loads(json.dumps(plan)), json.load(handle))
