@@ -24,6 +24,7 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.k8s_labels import
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.k8s_objects import ObjectsError, apply_order
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.llama_rpc_k8s import k8s_facts, teardown
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import PlanError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.vllm import (
     VllmLwsError,
     choice_summary,
@@ -91,9 +92,12 @@ def llama_rpc_k8s_facts(
         raise AnsibleFilterError(
             "llama_rpc_k8s_facts: host_facts must be a dict, got {0!r}".format(host_facts)
         )
-    return k8s_facts(
-        plan, host_facts, releases or {}, build or "", model_url or "", output_dir, pvc_size or ""
-    )
+    try:
+        return k8s_facts(
+            plan, host_facts, releases or {}, build or "", model_url or "", output_dir, pvc_size or ""
+        )
+    except PlanError as exc:
+        raise AnsibleFilterError("llama_rpc_k8s_facts: {0}".format(exc)) from exc
 
 
 def llama_rpc_k8s_teardown(daemonsets):

@@ -23,6 +23,8 @@ import json
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import ROLES, HostPlan, PlanError, parse
+
 __metaclass__ = type
 
 LABEL_PREFIX = "llmfleet.io/"
@@ -30,7 +32,6 @@ NFD_CPUID_PREFIX = "feature.node.kubernetes.io/cpu-cpuid."
 MANAGED_ANNOTATION = "llmfleet.io/managed-labels"
 DEDICATED_TAINT_KEY = "llmfleet.io/dedicated"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-ROLES = ("head", "worker")
 
 # The probe's normalised ISA names -> Node Feature Discovery's cpuid flag names.
 ISA_TO_NFD: Dict[str, str] = {
@@ -121,21 +122,20 @@ def validate_label(key: str, value: str, host: str = "") -> None:
         )
 
 
-def _host_entry(plan: Optional[Mapping[str, Any]], name: str) -> Optional[Mapping[str, Any]]:
+def _host_entry(plan: Optional[Mapping[str, Any]], name: str) -> Optional[HostPlan]:
     if not plan:
         return None
-    for entry in plan.get("hosts") or []:
-        if entry.get("name") == name:
-            return entry
-    return None
+    try:
+        return parse(plan).host(name)
+    except PlanError as exc:
+        raise LabelError("{0}{1}".format(_where(name), exc)) from exc
 
 
-def holds_layers(entry: Optional[Mapping[str, Any]]) -> bool:
-    """True when a plan host entry is a worker that holds repeating layers or the output layer."""
-    if not entry or entry.get("role") != "worker":
+def holds_layers(entry: Optional[HostPlan]) -> bool:
+    """True when a plan host is a worker that holds repeating layers or the output layer."""
+    if entry is None or entry.role != "worker":
         return False
-    layers = entry.get("layers") or [0, 0]
-    return int(layers[1]) > int(layers[0]) or bool(entry.get("output_layer"))
+    return entry.layer_count > 0 or entry.output_layer
 
 
 def node_labels(
@@ -163,7 +163,7 @@ def node_labels(
     labels[LABEL_PREFIX + "arch"] = str(arch)
 
     entry = _host_entry(plan, name)
-    plan_role = entry.get("role") if entry else None
+    plan_role = entry.role if entry else None
     chosen_role = plan_role or role
     if chosen_role is not None:
         if chosen_role not in ROLES:

@@ -24,7 +24,7 @@ import os
 import re
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.hostinfo import KUBE_ARCH, release_flavour
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import budget_mib
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, parse
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.targets import SERVERS
 
 _SERVER = SERVERS["llama_rpc"]
@@ -90,32 +90,26 @@ def kube_arch(host_fact):
     return KUBE_ARCH.get(arch, arch)
 
 
-def _entries(plan):
-    entries = list(plan.get("hosts") or [])
-    for fallback in plan.get("fallbacks") or []:
-        if fallback.get("ok"):
-            entries.extend(fallback.get("hosts") or [])
-    return entries
+def parse_plan(plan):
+    """``plan`` as a :class:`~plan.Plan` (parsed when it is plan.json's dict; PlanError names the field)."""
+    return plan if isinstance(plan, Plan) else parse(plan)
 
 
 def worker_groups(plan, host_facts):
-    """Architecture -> {workers, request_mib, limit_mib, threads} for the plan's workers."""
-    entries = _entries(plan)
-    first = {}
-    for host in plan.get("hosts") or []:
-        first.setdefault(host.get("name"), host)
+    """Architecture -> {workers, request_mib, limit_mib, threads} for the plan's workers.
+
+    ``plan`` is plan.json as a dict or a parsed :class:`~plan.Plan`."""
+    plan = parse_plan(plan)
+    entries = plan.hosts + plan.fallback_hosts()
     groups = {}
-    for worker in plan.get("workers") or []:
-        arch = kube_arch(host_facts.get(worker))
-        mine = [e for e in entries if e.get("name") == worker]
-        need = max([float((e.get("predicted_mib") or {}).get("total", 0)) for e in mine] or [0.0])
-        host = first.get(worker, {})
-        allowed = budget_mib(host.get("usable_mib"), host.get("reserve_mib"))
-        threads = int(host.get("threads") or 1)
+    for host in plan.workers:
+        arch = kube_arch(host_facts.get(host.name))
+        need = max([float(e.predicted_mib.get("total", 0)) for e in entries if e.name == host.name] or [0.0])
+        threads = host.threads or 1
         group = groups.setdefault(arch, {"workers": [], "request_mib": 0, "limit_mib": 0, "threads": threads})
-        group["workers"].append(worker)
+        group["workers"].append(host.name)
         group["request_mib"] = max(group["request_mib"], math.ceil(need))
-        group["limit_mib"] = max(group["limit_mib"], math.floor(allowed))
+        group["limit_mib"] = max(group["limit_mib"], math.floor(plan.allowed_mib(host)))
         group["threads"] = min(group["threads"], threads)
     return groups
 
@@ -160,8 +154,9 @@ def manifest_list(archs):
 def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build", pvc_size=""):
     """Everything the templates need, and ``problems`` (empty when the pods can run)."""
     problems = []
+    plan = parse_plan(plan)
     groups = worker_groups(plan, host_facts)
-    head = plan.get("head") or ""
+    head = plan.head.name
     head_arch = kube_arch(host_facts.get(head))
     table = (releases or {}).get(str(build), {}) if build else {}
     if not build:
@@ -179,19 +174,18 @@ def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build
             )
         else:
             pins[arch] = {"flavour": flavour, "url": pin["url"], "sha256": pin["sha256"]}
-    model = plan.get("model") or {}
-    url = model_url or model.get("url") or ""
+    model = plan.model_file
+    url = model_url or model["url"]
     if not url:
         problems.append(
             "the pods download the model, but the plan has no model url (llmfleet_model.url) "
             "and llama_rpc_k8s_model_url is empty"
         )
-    sha = str(model.get("sha256") or "")
+    sha = model["sha256"]
     if not SHA256.match(sha):
         problems.append("the plan has no 64-hex model sha256")
-    head_entry = next((h for h in plan.get("hosts") or [] if h.get("role") == "head"), {})
-    head_need = float((head_entry.get("predicted_mib") or {}).get("total", 0))
-    model_gib = math.ceil(int(model.get("bytes") or 0) / float(1 << 30))
+    head_need = float(plan.head.predicted_mib.get("total", 0))
+    model_gib = math.ceil(model["bytes"] / float(1 << 30))
     out_dir = str(output_dir).rstrip("/") or "."
     return {
         "problems": problems,
@@ -201,8 +195,8 @@ def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build
         "model": {
             "url": url,
             "sha256": sha,
-            "file": os.path.basename(model.get("file") or "model.gguf"),
-            "size": int(model.get("bytes") or 0),  # the download stops there (0: unknown)
+            "file": os.path.basename(model["file"] or "model.gguf"),
+            "size": model["bytes"],  # the download stops there (0: unknown)
         },
         "pvc_size": pvc_size or "{0}Gi".format(model_gib + 2),
         "uid": UID,

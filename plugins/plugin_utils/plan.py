@@ -23,6 +23,7 @@ import dataclasses
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import budget_mib
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render import (
     OUTPUT_ON_HEAD_ARGS,
     split_args,
@@ -449,6 +450,40 @@ class Plan:
         out["workers"] = [str(w["name"]) for w in placed]
         out["llama_server_args"] = args
         return out
+
+    # ------------------------------------------------------------------ what the targets render
+
+    def fallback_hosts(self) -> Tuple[HostPlan, ...]:
+        """The host rows of the fallbacks the planner found ok (``fallbacks[i].hosts``), parsed."""
+        fallbacks = self.data.get("fallbacks") or []
+        if not isinstance(fallbacks, list):
+            raise _fail("fallbacks", "a list of fallback dicts", fallbacks)
+        out: List[HostPlan] = []
+        for i, fallback in enumerate(fallbacks):
+            if not isinstance(fallback, Mapping):
+                raise _fail("fallbacks[%d]" % i, "a fallback dict", fallback)
+            if fallback.get("ok"):
+                for j, row in enumerate(fallback.get("hosts") or []):
+                    out.append(HostPlan.from_dict(row, "fallbacks[%d].hosts[%d]" % (i, j), "worker"))
+        return tuple(out)
+
+    def allowed_mib(self, host: HostPlan) -> float:
+        """What the plan may put on ``host``: its row's usable MiB minus its reserve (0 when absent)."""
+        row = self.data["hosts"][self.hosts.index(host)]
+        return budget_mib(row.get("usable_mib"), row.get("reserve_mib"))
+
+    @property
+    def model_file(self) -> Dict[str, Any]:
+        """The model's file as the plan names it: ``url``, ``sha256``, ``file`` ("" when absent) and
+        ``bytes`` (0 when unknown)."""
+        model = self.data.get("model") or {}
+        size = model.get("bytes") or 0
+        return {
+            "url": str(model.get("url") or ""),
+            "sha256": str(model.get("sha256") or ""),
+            "file": str(model.get("file") or ""),
+            "bytes": _int(size, "model.bytes"),
+        }
 
 
 def _one_cpu(row: Dict[str, Any], report_name: str) -> Dict[str, Any]:

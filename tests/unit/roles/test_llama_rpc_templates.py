@@ -271,3 +271,14 @@ def test_a_measuring_rpc_server_stops_by_itself() -> None:
     unit = render("systemd/llmfleet-rpc-server.service.j2", "w1", {"_llama_rpc_runtime_max_sec": 1800})
     assert directive(unit, "RuntimeMaxSec") == ["1800"]
     assert "RuntimeMaxSec" not in render("systemd/llmfleet-rpc-server.service.j2", "w1")
+
+
+def test_every_unit_the_vars_name_has_its_template() -> None:
+    """The unit tasks install ``systemd/<unit>.j2`` for each of ``_llama_rpc_units`` (the one home of
+    the unit names): a renamed unit without its template fails here, not on a host."""
+    units = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_llama_rpc_units"]
+    assert set(units) == {"head", "worker", "firewall"}
+    for unit in units.values():
+        assert (ROLE / "templates" / "systemd" / (unit + ".j2")).is_file(), unit
+    tasks = "".join(p.read_text() for p in (ROLE / "tasks").glob("*.yml"))
+    assert "service.j2" not in tasks  # no task names a unit's template by hand

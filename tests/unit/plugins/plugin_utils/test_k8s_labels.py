@@ -112,6 +112,13 @@ def test_bad_role_is_refused() -> None:
         kl.node_labels(SPR, "w1", role="leader")
 
 
+def test_a_plan_that_cannot_be_read_is_named_with_the_host() -> None:
+    """The plan is read through the typed plan (plan.parse): a bad row is refused, not guessed."""
+    bad = {"hosts": [*PLAN["hosts"][:1], {"name": "w1", "role": "worker", "layers": [9, 0]}]}
+    with pytest.raises(kl.LabelError, match=r"host w1: plan: hosts\[1\]\.layers .* got \[9, 0\]"):
+        kl.node_labels(SPR, "w1", plan=bad)
+
+
 @pytest.mark.parametrize(
     ("key", "value"),
     [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import llama_rpc_k8s as k
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import PlanError, parse
 
 X64, ARM = "1" * 64, "2" * 64
 RELEASES = {
@@ -156,3 +157,13 @@ def test_a_plan_without_workers_lists_llama_server_alone_with_static_discovery()
     assert {"Role", "RoleBinding", "NetworkPolicy", "DaemonSet"} <= {
         m["kind"] for m in with_workers["manifests"]
     }
+
+
+def test_the_plan_is_read_typed_once_and_a_bad_one_is_named() -> None:
+    """A parsed Plan gives what its dict gives; a plan that cannot be read names the field."""
+    assert k.k8s_facts(parse(plan()), FACTS, RELEASES, "b1") == k.k8s_facts(plan(), FACTS, RELEASES, "b1")
+    with pytest.raises(PlanError, match=r"workers must be names of worker rows of hosts, got \['zz'\]"):
+        k.k8s_facts(plan(workers=["zz"]), FACTS, RELEASES, "b1")
+    broken = plan(fallbacks=[{"ok": True, "hosts": [{"name": "a", "predicted_mib": "lots"}]}])
+    with pytest.raises(PlanError, match=r"fallbacks\[0\]\.hosts\[0\]\.predicted_mib"):
+        k.worker_groups(broken, FACTS)

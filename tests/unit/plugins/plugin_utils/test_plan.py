@@ -189,3 +189,47 @@ def test_split_args_without_workers_and_refusals() -> None:
         split_args(["a:1", "b:1"], 0, [4], False)
     with pytest.raises(ValueError, match="slot counts must be non-negative"):
         split_args(["a:1"], 0, [-2], False)
+
+
+# ---- the accessors the Kubernetes renderers read (llama_rpc_k8s, k8s_labels)
+
+
+def test_fallback_hosts_are_the_ok_fallbacks_rows_parsed() -> None:
+    data = real_plan()
+    data["fallbacks"] = [
+        {"ok": True, "hosts": [{"name": "w1", "role": "worker", "predicted_mib": {"total": 310.5}}]},
+        {"ok": False, "hosts": [{"name": "w2", "role": "worker", "predicted_mib": {"total": 9999.0}}]},
+    ]
+    got = Plan.from_dict(data).fallback_hosts()
+    assert [(h.name, h.predicted_mib["total"]) for h in got] == [("w1", 310.5)]
+    data["fallbacks"] = [{"ok": True, "hosts": [{"name": "w1", "layers": [3, 1]}]}]
+    with pytest.raises(PlanError, match=r"fallbacks\[0\]\.hosts\[0\]\.layers .* got \[3, 1\]"):
+        Plan.from_dict(data).fallback_hosts()
+    data["fallbacks"] = "none"
+    with pytest.raises(PlanError, match="fallbacks must be a list"):
+        Plan.from_dict(data).fallback_hosts()
+
+
+def test_allowed_mib_is_usable_minus_reserve_of_the_row() -> None:
+    data = real_plan()
+    plan = Plan.from_dict(data)
+    for row_host in plan.hosts:
+        row = data["hosts"][plan.hosts.index(row_host)]
+        assert plan.allowed_mib(row_host) == float(row["usable_mib"]) - float(row["reserve_mib"])
+    bare = Plan.from_dict({"hosts": [{"name": "h", "role": "head"}]})
+    assert bare.allowed_mib(bare.head) == 0.0
+
+
+def test_model_file_names_the_download() -> None:
+    data = real_plan()
+    data["model"].update(url="http://m/m.gguf", bytes=123)
+    assert Plan.from_dict(data).model_file == {
+        "url": "http://m/m.gguf",
+        "sha256": "a" * 64,
+        "file": "/m.gguf",
+        "bytes": 123,
+    }
+    bare = Plan.from_dict({"hosts": [{"name": "h", "role": "head"}]})
+    assert bare.model_file == {"url": "", "sha256": "", "file": "", "bytes": 0}
+    with pytest.raises(PlanError, match=r"model\.bytes must be an integer >= 0, got -1"):
+        _ = Plan.from_dict({"hosts": [{"name": "h"}], "model": {"bytes": -1}}).model_file
