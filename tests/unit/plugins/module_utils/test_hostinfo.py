@@ -947,3 +947,16 @@ def test_elf_machine_reads_class_and_machine() -> None:
     assert hostinfo.elf_machine(_elf_header(0, 2)) is None  # recorded trees' stand-in headers
     assert hostinfo.elf_machine(b"#!/bin/sh\n" + bytes(20)) is None
     assert hostinfo.elf_machine(b"\x7fELF") is None
+
+
+def test_32bit_arm_userland_on_64bit_kernel_never_gets_arm64_build(tmp_path: Path) -> None:
+    # Raspberry Pi OS 32-bit on its 64-bit kernel: the armhf libc decides, not kernel.arch.
+    root = _copy(tmp_path, "rpi4")
+    (root / "proc" / "sys" / "kernel").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "sys" / "kernel" / "arch").write_text("aarch64\n")
+    libc = root / "lib" / "arm-linux-gnueabihf" / "libc.so.6"
+    libc.write_bytes(_elf_header(40, 1) + libc.read_bytes()[20:])
+    fact = hostinfo.probe(str(root))
+    assert (fact["kernel_arch"], fact["arch"]) == ("aarch64", "armv7l")
+    assert fact["backends"]["llama_cpp"]["flavour"] in ("source", None)
+    assert "arm64" not in " ".join(fact["backends"]["llama_cpp"]["flavours"])
