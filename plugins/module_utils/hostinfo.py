@@ -766,6 +766,29 @@ def glibc_version_from_bytes(data: bytes) -> Optional[str]:
     return None
 
 
+# ELF e_machine (and class) -> the uname machine of a userland built for it (elf.h EM_*).
+ELF_MACHINES = {
+    (62, 2): "x86_64",
+    (3, 1): "i686",
+    (183, 2): "aarch64",
+    (40, 1): "armv7l",
+    (243, 2): "riscv64",
+    (21, 2): "ppc64le",
+    (22, 2): "s390x",
+    (258, 2): "loongarch64",
+}
+
+
+def elf_machine(data: bytes) -> Optional[str]:
+    """The uname machine an ELF file is built for, from its header; None when it is not a
+    known ELF header (EM_NONE, too short). The userland's architecture is that of its C library,
+    which under qemu-user or a 32-bit userland on a 64-bit kernel differs from the kernel's."""
+    if len(data) < 20 or data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        return None
+    machine = struct.unpack("<H" if data[5] == 1 else ">H", data[18:20])[0]
+    return ELF_MACHINES.get((machine, data[4]))
+
+
 def find_libc(tree: Tree, kernel_arch: str) -> Dict[str, Any]:
     """Locate the C library: -> {libc: glibc|musl|None, glibc: "2.36"|None, userland_arch}."""
     triplets = sorted(TRIPLETS, key=lambda t: (TRIPLETS[t] != kernel_arch, t))
@@ -776,10 +799,13 @@ def find_libc(tree: Tree, kernel_arch: str) -> Dict[str, Any]:
     for rel in ("lib64/libc.so.6", "usr/lib64/libc.so.6", "lib/libc.so.6", "usr/lib/libc.so.6"):
         candidates.append((rel, kernel_arch))
     for rel, arch in candidates:
-        if arch.startswith("arm") and kernel_arch.startswith("arm"):
-            arch = kernel_arch  # Raspbian's armhf is built for armv6: the kernel says which
         if tree.exists(rel):
-            version = glibc_version_from_bytes(tree.read_bytes(rel))
+            data = tree.read_bytes(rel)
+            # The ELF header outranks the path and the kernel (qemu-user: x86 kernel, arm64 libc).
+            arch = elf_machine(data[:64]) or arch
+            if arch.startswith("arm") and kernel_arch.startswith("arm"):
+                arch = kernel_arch  # Raspbian's armhf is built for armv6: the kernel says which
+            version = glibc_version_from_bytes(data)
             if version is None:
                 raise HostInfoError("cannot find the glibc version in %s" % tree.show(rel))
             return {"libc": "glibc", "glibc": version, "userland_arch": arch}

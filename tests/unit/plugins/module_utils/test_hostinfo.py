@@ -919,3 +919,44 @@ def test_this_machine() -> None:
     assert abs(fact["disk_free_mib"] - statvfs.f_bavail * statvfs.f_frsize // (1024 * 1024)) < 64
     if fact["default_ipv4"] is not None:
         assert any(fact["default_ipv4"] in found for found in fact["addresses"].values())
+
+
+# --- the userland's architecture from its C library's ELF header -------------------------------------
+
+
+def _elf_header(machine: int, elf_class: int) -> bytes:
+    return b"\x7fELF" + bytes([elf_class, 1, 1, 0]) + bytes(8) + b"\x03\x00" + machine.to_bytes(2, "little")
+
+
+def test_qemu_user_arm64_userland_on_x86_kernel_gets_arm64_build(tmp_path: Path) -> None:
+    # qemu-user: kernel.arch and cpuinfo are the x86 host's; the libc (lib64, no triplet) is aarch64.
+    root = _copy(tmp_path, "zen4-desktop")
+    libc = root / "lib64" / "libc.so.6"
+    body = libc.read_bytes()
+    libc.write_bytes(_elf_header(183, 2) + body[20:])
+    fact = hostinfo.probe(str(root))
+    assert fact["kernel_arch"] == "x86_64"
+    assert fact["arch"] == "aarch64"
+    assert fact["backends"]["llama_cpp"]["flavour"] == "ubuntu-arm64"
+
+
+def test_elf_machine_reads_class_and_machine() -> None:
+    assert hostinfo.elf_machine(_elf_header(62, 2)) == "x86_64"
+    assert hostinfo.elf_machine(_elf_header(183, 2)) == "aarch64"
+    assert hostinfo.elf_machine(_elf_header(40, 1)) == "armv7l"
+    assert hostinfo.elf_machine(_elf_header(0, 2)) is None  # recorded trees' stand-in headers
+    assert hostinfo.elf_machine(b"#!/bin/sh\n" + bytes(20)) is None
+    assert hostinfo.elf_machine(b"\x7fELF") is None
+
+
+def test_32bit_arm_userland_on_64bit_kernel_never_gets_arm64_build(tmp_path: Path) -> None:
+    # Raspberry Pi OS 32-bit on its 64-bit kernel: the armhf libc decides, not kernel.arch.
+    root = _copy(tmp_path, "rpi4")
+    (root / "proc" / "sys" / "kernel").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "sys" / "kernel" / "arch").write_text("aarch64\n")
+    libc = root / "lib" / "arm-linux-gnueabihf" / "libc.so.6"
+    libc.write_bytes(_elf_header(40, 1) + libc.read_bytes()[20:])
+    fact = hostinfo.probe(str(root))
+    assert (fact["kernel_arch"], fact["arch"]) == ("aarch64", "armv7l")
+    assert fact["backends"]["llama_cpp"]["flavour"] in ("source", None)
+    assert "arm64" not in " ".join(fact["backends"]["llama_cpp"]["flavours"])
