@@ -232,4 +232,4 @@ def test_model_file_names_the_download() -> None:
     bare = Plan.from_dict({"hosts": [{"name": "h", "role": "head"}]})
     assert bare.model_file == {"url": "", "sha256": "", "file": "", "bytes": 0}
     with pytest.raises(PlanError, match=r"model\.bytes must be an integer >= 0, got -1"):
-        _ = Plan.from_dict({"hosts": [{"name": "h"}], "model": {"bytes": -1}}).model_file
+        assert Plan.from_dict({"hosts": [{"name": "h"}], "model": {"bytes": -1}}).model_file is None
