@@ -101,12 +101,17 @@ def render_table(rows: List[Dict[str, Any]]) -> str:
                 "%.1f" % r["headroom_mib"],
             )
         )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    return _fixed_width(lines, 4)
+
+
+def _fixed_width(lines: Sequence[Sequence[str]], left: int) -> str:
+    """Rows (the first the heading) as fixed-width text: the first ``left`` columns left-aligned."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     out = []
     for n, line in enumerate(lines):
         out.append(
             "  ".join(
-                c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))
+                c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))
             ).rstrip()
         )
         if n == 0:
@@ -149,17 +154,7 @@ def render_device_table(rows: List[Dict[str, Any]]) -> str:
                     "%.1f" % d["budget_mib"],
                 )
             )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    out = []
-    for n, line in enumerate(lines):
-        out.append(
-            "  ".join(
-                c.ljust(w) if i < 6 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))
-            ).rstrip()
-        )
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    return _fixed_width(lines, 6)
 
 
 def split_args(
