@@ -1,5 +1,5 @@
 """One writer of the head's plan.json: llama_rpc's tasks/plan_file.yml, reached by its deploy
-(systemd_head.yml) and by its public entry point serve_plan (profile.yml, tune.yml); the unit
+(systemd_head.yml) and by its public entry point serve_plan (the profile and tune roles); the unit
 names and the plan's path come from llama_rpc's vars only (there were four writers, at two modes,
 and the names were typed 21 times in playbooks/)."""
 
@@ -72,8 +72,15 @@ def test_every_writer_serves_through_the_entry_point() -> None:
         for path, t in _all_tasks()
         if (t.get("ansible.builtin.include_role") or {}).get("tasks_from") == "serve_plan"
     ]
-    assert served.count("playbooks/profile.yml") == 4  # the three measuring placements and the restore
-    assert served.count("playbooks/tasks/tune_round.yml") == 1
+    # the measuring placements (one include, looped) and the restore; tune's round
+    assert served.count("roles/profile/tasks/request.yml") == 1
+    assert served.count("roles/profile/tasks/restore.yml") == 1
+    assert served.count("roles/tune/tasks/round.yml") == 1
+    assert sorted(set(served)) == [
+        "roles/profile/tasks/request.yml",
+        "roles/profile/tasks/restore.yml",
+        "roles/tune/tasks/round.yml",
+    ]
     assert not (ROOT / "playbooks" / "tasks" / "profile_serve.yml").exists()
 
 
@@ -83,7 +90,13 @@ def test_no_unit_name_or_plan_path_is_typed_outside_llama_rpcs_vars() -> None:
     )
     typed = [
         f"{path.relative_to(ROOT)}:{n}"
-        for path in sorted(ROOT.glob("playbooks/**/*.yml"))
+        for path in sorted(
+            [
+                *ROOT.glob("playbooks/**/*.yml"),
+                *ROOT.glob("roles/profile/**/*.yml"),
+                *ROOT.glob("roles/tune/**/*.yml"),
+            ]
+        )
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if pattern.search(line) and not line.lstrip().startswith("#")
     ]
