@@ -4,11 +4,15 @@
 # release builds (RPC on, native off, backends loaded at run time, no web UI
 # download), and pack the result exactly like a release tarball:
 #   llama-<tag>-bin-<flavour>.tar.gz  with one top folder  llama-<tag>/
+# `build-llama-cpp.sh` builds the CPU flavour of this machine; `build-llama-cpp.sh arm64` cross-builds
+# ubuntu-arm64 on x86_64 (g++-aarch64-linux-gnu from scripts/host-setup.sh, a CMake toolchain file,
+# -DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod), its own entry, linked as $CACHE/llama.cpp-arm64 and
+# $CACHE/dist-arm64; it runs here under qemu-aarch64-static (docs/testing.md).
 # Built once per machine into the artifact cache (scripts/artifact-cache.py), keyed by this
 # script (the sdist pin, the tag, the flags), the architecture and the compiler's and cmake's
 # versions; a second run, from any checkout on the machine, only verifies the entry and links:
-#   $CACHE/llama.cpp -> ENTRY  (ENTRY/bin/: the binaries and libraries)
-#   $CACHE/dist      -> ENTRY/dist/  llama-<tag>-bin-<flavour>.tar.gz (+ .sha256)
+#   $CACHE/llama.cpp -> ENTRY  (ENTRY/bin/: the binaries and libraries; llama.cpp-arm64 for arm64)
+#   $CACHE/dist      -> ENTRY/dist/ (dist-arm64 for arm64)  llama-<tag>-bin-<flavour>.tar.gz (+ .sha256)
 #                                    llama.cpp-<tag>-src.tar.gz (+ .sha256)  pinned source tarball
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,16 +21,26 @@ PY=${PY:-python3}
 SDIST_VERSION=0.3.36
 SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 TAG=${LLAMA_TAG:-b0c1e570}
-case "$(uname -m)" in
-  x86_64) FLAVOUR=ubuntu-x64 ;;
-  aarch64) FLAVOUR=ubuntu-arm64 ;;
-  *) echo "no release flavour for $(uname -m)" >&2; exit 1 ;;
+BACKEND=${1:-cpu}
+CROSS=aarch64-linux-gnu
+case "$BACKEND/$(uname -m)" in
+  cpu/x86_64) FLAVOUR=ubuntu-x64 SUFFIX= ;;
+  cpu/aarch64) FLAVOUR=ubuntu-arm64 SUFFIX= ;;
+  arm64/x86_64) FLAVOUR=ubuntu-arm64 SUFFIX=-arm64 ;;
+  *) echo "build-llama-cpp: no release flavour for backend '$BACKEND' on $(uname -m) (cpu, arm64)" >&2; exit 1 ;;
 esac
 if [[ -z ${LLMFLEET_ENTRY:-} ]]; then
+  TOOLS=()
+  if [[ $BACKEND == arm64 ]]; then
+    for tool in "$CROSS-gcc" "$CROSS-g++"; do
+      command -v "$tool" >/dev/null || { echo "build-llama-cpp: $tool missing (scripts/host-setup.sh)" >&2; exit 1; }
+    done
+    TOOLS=(--text="$("$CROSS-g++" --version | head -1)" --text="$("$CROSS-gcc" --version | head -1)")
+  fi
   exec python3 "$ROOT/scripts/artifact-cache.py" ensure "llama.cpp-$FLAVOUR" --file "$ROOT/scripts/build-llama-cpp.sh" \
     --text="tag=$TAG arch=$(uname -m)" --text="$(c++ --version | head -1)" --text="$(cmake --version | head -1)" \
-    --text="ninja=$(ninja --version 2>/dev/null || echo none)" \
-    --link "$CACHE/llama.cpp=." --link "$CACHE/dist=dist" -- bash "$ROOT/scripts/build-llama-cpp.sh"
+    --text="ninja=$(ninja --version 2>/dev/null || echo none)" "${TOOLS[@]}" \
+    --link "$CACHE/llama.cpp$SUFFIX=." --link "$CACHE/dist$SUFFIX=dist" -- bash "$ROOT/scripts/build-llama-cpp.sh" "$BACKEND"
 fi
 # The builder: everything goes into $LLMFLEET_ENTRY (renamed to the entry when this exits 0).
 BIN=$LLMFLEET_ENTRY/bin
@@ -49,12 +63,30 @@ tar -C "$BUILD" --transform "s,^llama.cpp,llama.cpp-$TAG," \
 (cd "$DIST" && sha256sum "$(basename "$SRC_TARBALL")" > "$(basename "$SRC_TARBALL").sha256")
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
+EXTRA=()
+TARGETS=(ggml-rpc-server llama-server ggml-cpu ggml-rpc)
+if [[ $BACKEND == arm64 ]]; then
+  # A cross build: the toolchain file names the target system and the cross compilers; CMake then
+  # looks up libraries and headers in the cross sysroot only.
+  cat > "$BUILD/aarch64.cmake" <<CMAKE
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+set(CMAKE_C_COMPILER $CROSS-gcc)
+set(CMAKE_CXX_COMPILER $CROSS-g++)
+set(CMAKE_FIND_ROOT_PATH /usr/$CROSS)
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+CMAKE
+  EXTRA=(-DCMAKE_TOOLCHAIN_FILE="$BUILD/aarch64.cmake" -DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod)
+fi
 # $ORIGIN is for the dynamic linker (the binaries find their libraries beside them), not the shell.
 # shellcheck disable=SC2016
 cmake -S "$WORK" -B "$WORK/build" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_RPC=ON -DGGML_NATIVE=OFF \
   -DGGML_BACKEND_DL=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-  -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DCMAKE_INSTALL_RPATH='$ORIGIN' -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON >/dev/null
-cmake --build "$WORK/build" -j"$(nproc)" --target ggml-rpc-server llama-server ggml-cpu ggml-rpc
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DCMAKE_INSTALL_RPATH='$ORIGIN' -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
+  "${EXTRA[@]}" >/dev/null
+cmake --build "$WORK/build" -j"$(nproc)" --target "${TARGETS[@]}"
 cp -a "$WORK/build/bin/." "$BIN/"
 cp "$WORK/LICENSE" "$BIN/LICENSE" 2>/dev/null || true
 STAGE=$BUILD/stage && mkdir -p "$STAGE/llama-$TAG"
