@@ -44,7 +44,8 @@ export ANSIBLE_FORCE_COLOR := 0
 export ANSIBLE_NOCOLOR := 1
 export NO_COLOR := 1
 
-.PHONY: help venv link host-setup images test-artifacts vllm-artifacts vulkan-artifacts setup lint unit docs-check manifests \
+.PHONY: help venv link host-setup images test-artifacts vllm-artifacts vulkan-artifacts arm64-artifacts setup lint unit \
+        docs-check manifests \
         build-check browser molecule demo-check demo-tune-check test demo demo-down requirements clean clean-cache \
         sanity docs docs-lint galaxy-check gates
 
@@ -57,6 +58,7 @@ help:
 	@echo "       make demo-tune-check (demo-uneven up, then the README's tune.yml line on it)"
 	@echo "       make test-artifacts | vllm-artifacts | images | venv | setup (all of them)"
 	@echo "       make vulkan-artifacts (llama.cpp's Vulkan flavour: .cache/llama.cpp-vulkan, .cache/dist-vulkan)"
+	@echo "       make arm64-artifacts (llama.cpp cross-built for arm64: .cache/llama.cpp-arm64, .cache/dist-arm64)"
 	@echo "       make clean-cache (empty the machine's artifact cache $(LLMFLEET_CACHE))"
 	@echo "the ecosystem's gates: make sanity [SANITY='--test pep8'] | docs | docs-lint | galaxy-check"
 	@echo "       make gates (the three, each skipped while its inputs are unchanged; GATES_FORCE=1)"
@@ -90,6 +92,11 @@ vllm-artifacts:
 # (scripts/build-llama-cpp.sh vulkan; docs/vulkan.md). Not part of `make test` yet.
 vulkan-artifacts: venv host-setup
 	@PY=$(VENV)/bin/python bash scripts/build-llama-cpp.sh vulkan
+
+# llama.cpp's ubuntu-arm64 flavour cross-built on x86_64, its own cache entry, at the lowest CPU
+# priority (scripts/build-llama-cpp.sh arm64; docs/testing.md). Not part of `make test`.
+arm64-artifacts: venv host-setup
+	@PY=$(VENV)/bin/python nice -n 19 bash scripts/build-llama-cpp.sh arm64
 
 # Everything `make test` needs built, the vLLM venv beside the llama.cpp build.
 setup: venv link host-setup images

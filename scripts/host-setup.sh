@@ -7,9 +7,12 @@ CACHE=${CACHE:-$(cd "$(dirname "$0")/.." && pwd)/.cache}
 PKGS=(podman runc crun fuse-overlayfs slirp4netns uidmap debootstrap containernetworking-plugins
       iptables netavark aardvark-dns cmake ninja-build g++ make curl ca-certificates python3-venv
       nftables chromium prometheus shellcheck tcpdump
-      glslc spirv-headers libvulkan-dev mesa-vulkan-drivers vulkan-tools)
+      glslc spirv-headers libvulkan-dev mesa-vulkan-drivers vulkan-tools
+      qemu-user-static g++-aarch64-linux-gnu)
 # glslc spirv-headers libvulkan-dev: llama.cpp's Vulkan flavour (scripts/build-llama-cpp.sh vulkan);
 # mesa-vulkan-drivers (lavapipe, a Vulkan device on the CPU) and vulkan-tools (vulkaninfo): running it.
+# qemu-user-static g++-aarch64-linux-gnu: the arm64 flavour (scripts/build-llama-cpp.sh arm64), run
+# under qemu-aarch64 (registered with binfmt_misc below).
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,6 +29,24 @@ if ((${#missing[@]})); then
   # it, once, right after installing it (a service enabled later by hand is left alone).
   if [[ " ${missing[*]} " == *" prometheus "* && -d /run/systemd/system ]]; then
     systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  fi
+fi
+# arm64 programs (the cross-built llama.cpp, an arm64 host image) run here through qemu-user and the
+# kernel's binfmt_misc: mount it when it is not (no systemd-binfmt on these machines) and register
+# qemu-aarch64 from the package's own binfmt.d line (flags OPF: F opens the interpreter now, so it
+# also works inside containers) only when it is absent (registering twice fails: "File exists").
+BINFMT=/proc/sys/fs/binfmt_misc
+QEMU_CONF=/usr/lib/binfmt.d/qemu-aarch64.conf
+if [[ $(uname -m) != aarch64 && ! -e $BINFMT/qemu-aarch64 && -r $QEMU_CONF ]]; then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "host-setup: qemu-aarch64 is not registered with binfmt_misc; run as root" >&2; exit 1
+  fi
+  if [[ ! -e $BINFMT/register ]]; then
+    mount -t binfmt_misc binfmt_misc "$BINFMT"
+  fi
+  if [[ ! -e $BINFMT/qemu-aarch64 ]]; then
+    cat "$QEMU_CONF" > "$BINFMT/register"
+    echo "host-setup: registered qemu-aarch64 with binfmt_misc ($(head -1 "$BINFMT/qemu-aarch64"))"
   fi
 fi
 mkdir -p "$CACHE/podman/storage" "$CACHE/podman/run"

@@ -18,7 +18,9 @@ hosts) so that the modules ``artifact_fetch`` / ``artifact_install`` and the fil
   zip, told apart by content; every member is checked first by :func:`plan_members`) or copies
   a built tree into a hidden staging directory next to the target, writes a marker and
   renames the staging directory into place; any failure removes the staging directory and
-  leaves what was there before untouched.
+  leaves what was there before untouched; a tree whose binaries are ELF files for another
+  architecture than the host's (:func:`elf_machine`, e.g. an ubuntu-arm64 build on an x86_64
+  host) is refused before anything is replaced.
 """
 
 from __future__ import annotations
@@ -46,12 +48,21 @@ MAX_UNPACKED = 16 * 1024 * MIB  # an archive whose files add up to more is refus
 WORKER_BINARIES = ("ggml-rpc-server", "rpc-server")
 SOURCE_FLAVOUR = "source"
 
+# ELF e_machine codes of the architectures llama.cpp releases are built for, and the names
+# os.uname().machine may give them.
+ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64"}
+MACHINE_ALIASES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
+
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
 
 class ArtifactError(Exception):
     """Base class: a pinned artifact could not be chosen, fetched or installed."""
+
+
+class ArchitectureMismatch(ArtifactError):
+    """A release's binaries are built for another architecture than the host's."""
 
 
 class ReleaseLookupError(ArtifactError):
@@ -695,6 +706,35 @@ def find_binary(directory: str, names: Iterable[str]) -> Optional[str]:
     return None
 
 
+def elf_machine(path: str) -> Optional[str]:
+    """The architecture an ELF file is built for (``x86_64``, ``aarch64`` or ``e_machine 0x..``).
+
+    None for a file that is not ELF (a script). Reads the first 20 bytes only.
+    """
+    with open(path, "rb") as handle:
+        head = handle.read(20)
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[5] not in (1, 2):
+        return None
+    code = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+    return ELF_MACHINES.get(code, f"e_machine 0x{code:X}")
+
+
+def check_architecture(directory: str, names: Iterable[str], machine: str, host: str, flavour: Any) -> None:
+    """Refuse a tree whose ELF binaries ``names`` are not built for ``machine`` (the host's)."""
+    want = MACHINE_ALIASES.get(machine, machine)
+    for name in names:
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        built = elf_machine(path)
+        if built is not None and built != want:
+            raise ArchitectureMismatch(
+                f"{host}: llama.cpp flavour {flavour!r} has {name} built for {built}, but this host "
+                f"is {want}; set llama_cpp_flavour to the build for {want} (e.g. "
+                f"{'ubuntu-arm64' if want == 'aarch64' else 'ubuntu-x64'}); nothing was installed"
+            )
+
+
 def read_marker(directory: str) -> Optional[Dict[str, Any]]:
     try:
         with open(os.path.join(directory, MARKER), encoding="utf-8") as handle:
@@ -721,6 +761,8 @@ def install(
     require_one_of: Optional[List[str]] = None,
     require: Optional[List[str]] = None,
     check_mode: bool = False,
+    machine: Optional[str] = None,
+    host: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Install ``archive`` (verified before unpacking) or a built ``src_dir`` as ``dest``.
 
@@ -728,7 +770,9 @@ def install(
     archive or tree need not exist any more). Otherwise the content goes into a staging
     directory next to ``dest`` that is renamed into place only when complete and checked
     (``require_one_of``: at least one of these executables, ``require``: all of these).
-    A previous ``dest`` with another pin is replaced only after the new tree is ready.
+    A previous ``dest`` with another pin is replaced only after the new tree is ready. The
+    required binaries that are ELF files must be built for ``machine`` (default: this host's
+    ``os.uname().machine``; ``host`` names it in the error, default its node name).
     """
     pin = normalize_sha256(sha256, f"sha256 for {dest}")
     require_one_of = list(require_one_of or [])
@@ -769,6 +813,14 @@ def install(
         if missing:
             what = archive or src_dir
             raise LayoutError(f"{what}: no executable {', '.join(missing)} in it; nothing was installed")
+        uname = os.uname()
+        check_architecture(
+            stage,
+            require_one_of + require,
+            machine or uname.machine,
+            host or uname.nodename,
+            (info or {}).get("flavour", "?"),
+        )
         record = dict(info or {})
         record["sha256"] = pin
         with open(os.path.join(stage, MARKER), "w", encoding="utf-8") as handle:

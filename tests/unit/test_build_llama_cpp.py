@@ -1,8 +1,10 @@
 # Copyright: llmfleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""scripts/build-llama-cpp.sh's flavours: the CPU one and the Vulkan one, each its own cache entry.
+"""scripts/build-llama-cpp.sh's flavours: the CPU one, the Vulkan one and the arm64 cross build, each its
+own cache entry.
 
-The builds themselves are minutes long (make test-artifacts, make vulkan-artifacts); these tests
+The builds themselves are minutes long (make test-artifacts, make vulkan-artifacts, make
+arm64-artifacts); these tests
 stop the builder at its first step (a ``PY`` that fails) and read which entry it was building.
 """
 
@@ -79,3 +81,32 @@ def test_the_vulkan_flavour_is_its_own_entry_and_a_failed_build_keeps_nothing(
     cache = tmp_path / "cache"
     assert [p.name for p in (cache / vulkan_name).iterdir() if not p.name.startswith(".")] == []
     assert not (tmp_path / "checkout-cache" / "llama.cpp-vulkan").exists()
+
+
+def test_the_arm64_build_says_what_is_missing(env: dict[str, str], tmp_path: Path) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("dirname",):
+        (tools / tool).symlink_to(shutil.which(tool))
+    (tools / "uname").write_text("#!/bin/sh\necho x86_64\n")
+    (tools / "uname").chmod(0o755)
+    result = run(["arm64"], dict(env, PATH=str(tools)))
+    assert result.returncode == 1
+    assert "aarch64-linux-gnu-gcc missing (scripts/host-setup.sh)" in result.stderr
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the arm64 cross build is x86_64's")
+@pytest.mark.skipif(
+    not shutil.which("aarch64-linux-gnu-g++"), reason="g++-aarch64-linux-gnu (scripts/host-setup.sh)"
+)
+def test_the_arm64_flavour_is_its_own_entry_and_links_apart(env: dict[str, str], tmp_path: Path) -> None:
+    cpu = run([], env)
+    arm64 = run(["arm64"], env)
+    assert cpu.returncode != 0 and arm64.returncode != 0  # PY=false: pip download fails
+    cpu_name, cpu_key = building(cpu)
+    arm64_name, arm64_key = building(arm64)
+    assert cpu_name == "llama.cpp-ubuntu-x64"
+    assert arm64_name == "llama.cpp-ubuntu-arm64"
+    assert cpu_key != arm64_key
+    assert "the build failed" in arm64.stderr
+    assert not (tmp_path / "checkout-cache" / "llama.cpp-arm64").exists()
