@@ -64,3 +64,17 @@ SPEED_LIMITS: Dict[str, float] = {
     "rtt_ms": MAX_MS,
     "mbit_s": MAX_MBIT_S,
 }
+
+# A device's ms per layer when the profile has not measured it (speed.py, docs/planner.md "Speed
+# per device"): a factor of its host's CPU figure (ms_per_layer), by the device's kind. Assumed,
+# not measured: the plan names every device priced this way. A discrete GPU reads a layer's
+# weights from VRAM at many times a CPU's memory bandwidth; an iGPU shares the CPU's RAM; a Vulkan
+# driver that runs on the CPU (lavapipe/llvmpipe, SwiftShader) is far slower than the CPU backend
+# (gpu-here.md: the 135M model 1.6 tokens/s all on lavapipe, ~30 on the CPU backend).
+DEVICE_SPEED_DEFAULTS: Dict[str, float] = {
+    "cuda": 0.1,
+    "rocm": 0.15,
+    "vulkan": 0.2,
+    "igpu": 0.6,
+    "cpu_driver": 20.0,
+}

@@ -23,8 +23,9 @@ from __future__ import absolute_import, annotations, division, print_function
 
 import dataclasses
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import CPU_VULKAN_DRIVERS
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import DEFAULT_GPU_RESERVE_MIB, MIB
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import (
     Placement,
@@ -73,6 +74,7 @@ class Dev:
     uma: bool
     free_mib: float
     reserve_mib: float
+    cpu_driver: bool = False  # a Vulkan driver that runs on the CPU (lavapipe): its work is the CPU's
 
     @property
     def is_cpu(self) -> bool:
@@ -117,6 +119,7 @@ def host_devs(
                 uma=bool(d.get("uma")),
                 free_mib=float(d.get("memory_free_mib") or 0),
                 reserve_mib=0.0 if d.get("uma") else float(gpu_reserve_mib),
+                cpu_driver=any(drv in str(d.get("description") or "") for drv in CPU_VULKAN_DRIVERS),
             )
         )
     out.append(Dev(host.name, "CPU", "cpu", "cpu", True, host.usable_mib, host.reserve_mib))
@@ -127,14 +130,30 @@ def has_gpus(devices_by_host: Mapping[str, Sequence[Mapping[str, Any]]]) -> bool
     return any(d.get("backend") != "cpu" for devs in devices_by_host.values() for d in devs or [])
 
 
+def device_placer_for(
+    head: Mapping[str, Any], workers: Sequence[Mapping[str, Any]]
+) -> Optional[DevicePlacer]:
+    """The device placer of a fleet whose hosts offer a GPU (their ``devices``), else None."""
+    devices_by_host = {str(h["name"]): h.get("devices") or [] for h in [head, *workers]}
+    if not has_gpus(devices_by_host):
+        return None
+    return DevicePlacer(
+        devices_by_host,
+        {str(h["name"]): float(h.get("gpu_reserve_mib", DEFAULT_GPU_RESERVE_MIB)) for h in [head, *workers]},
+    )
+
+
 class DevicePlacer:
     """A Placer (placement.py) over devices: ``(model, head, workers, opts)`` -> placement."""
+
+    over_devices = True  # plans a fleet with GPUs (placement.plan_llama_cpp refuses a host placer there)
 
     def __init__(
         self, devices_by_host: Mapping[str, Sequence[Mapping[str, Any]]], gpu_reserve: Mapping[str, float]
     ):
         self.devices_by_host = devices_by_host
         self.gpu_reserve = gpu_reserve
+        self._per_layer_memo: Dict[Tuple[int, str], Tuple[Model, float]] = {}
 
     def devs(self, host: Host) -> List[Dev]:
         return host_devs(
@@ -157,8 +176,20 @@ class DevicePlacer:
         # the last attempt used every worker: the refusal shows it
         raise refusal(self.place(model, head, order, opts), model, opts)
 
-    def place(self, model: Model, head: Host, workers: List[Host], opts: Options) -> Placement:
-        """The placement on ``head`` + ``workers`` (it may not fit: see Placement.fits)."""
+    def place(
+        self,
+        model: Model,
+        head: Host,
+        workers: List[Host],
+        opts: Options,
+        cost: Optional[Callable[[Dev], float]] = None,
+        limits: Optional[Mapping[Tuple[str, str], int]] = None,
+    ) -> Placement:
+        """The placement on ``head`` + ``workers`` (it may not fit: see Placement.fits).
+
+        Without ``cost``: GPU memory first, then RAM. With ``cost`` (a device's ms per layer, the
+        speed search): the devices take layers cheapest first, each up to what fits it.
+        ``limits``: (host, device name) -> the most layers that device may take."""
         hosts = [head, *workers]
         output_on_head = opts.output_layer == "head"
         shares: List[List[Share]] = [[Share(d) for d in self.devs(h)] for h in hosts]
@@ -167,10 +198,7 @@ class DevicePlacer:
         for row in shares[1:]:
             chain.extend(row)
         head_cpu = shares[0][-1]
-        per_layer = max(
-            (model.layer_bytes[il] + kv_bytes(model, range(il, il + 1), opts) for il in range(model.n_layer)),
-            default=0.0,
-        )
+        per_layer = self.per_layer(model, opts)
         pools = {h.name: (h.budget_mib * MIB) for h in hosts}
         host_fixed = self._host_fixed(model, opts, hosts, head)
 
@@ -199,6 +227,13 @@ class DevicePlacer:
                 return 0
             return int((room - fixed) // per_layer)
 
+        if cost is None:
+            # GPU memory first: every non-CPU device of every host in chain order; then RAM: the
+            # head's CPU, then the workers' CPUs in --rpc order
+            fill = [*(c for c in chain if not c.dev.is_cpu), head_cpu, *(c for c in chain if c.dev.is_cpu)]
+        else:
+            fill = sorted([head_cpu, *chain], key=lambda c: cost(c.dev))  # stable: chain order on ties
+        limits = limits or {}
         rest = model.n_layer
         output_dev: Optional[Share] = None
         for _attempt in range(4):
@@ -206,24 +241,18 @@ class DevicePlacer:
             for s in [*chain, head_cpu]:
                 s.count = 0
             rest = model.n_layer
-            # GPU memory first: every non-CPU device of every host, in chain order
-            for s in chain:
-                if s.dev.is_cpu or rest == 0:
-                    continue
-                s.count = min(rest, capacity(s, s is output_dev))
+            for s in fill:
+                if rest == 0:
+                    break
+                most = limits.get((s.dev.host, s.dev.name), rest)
+                s.count = max(0, min(rest, most, capacity(s, s is output_dev)))
                 rest -= s.count
-                if s.dev.uma and s.count:
-                    # one pool with the host's RAM: what it takes, the CPU cannot
+                if (s.dev.uma or s.dev.is_cpu) and s.count:
+                    # one pool with the host's RAM: what it takes, the host's other devices cannot
                     factor = backend_model(s.dev.backend)[0]
                     pools_left[s.dev.host] -= (
                         s.count * per_layer + worker_compute_bytes(model, opts, True) * factor
                     )
-            # then RAM: the head's CPU, then the workers' CPUs in --rpc order
-            for s in [head_cpu, *(c for c in chain if c.dev.is_cpu)]:
-                if rest == 0:
-                    break
-                s.count = min(rest, capacity(s, s is output_dev))
-                rest -= s.count
             if rest:
                 # nothing more fits: the rest on the head's CPU (the refusal names what is missing)
                 target = head_cpu if not workers else chain[-1]
@@ -257,6 +286,23 @@ class DevicePlacer:
             predictions=preds,
             devices=shares,
         )
+
+    def per_layer(self, model: Model, opts: Options) -> float:
+        """The largest layer's weights and KV (memoised: the speed search places many times)."""
+        key = (id(model), repr(opts))
+        memo = self._per_layer_memo
+        if key not in memo:
+            memo[key] = (
+                model,
+                max(
+                    (
+                        model.layer_bytes[il] + kv_bytes(model, range(il, il + 1), opts)
+                        for il in range(model.n_layer)
+                    ),
+                    default=0.0,
+                ),
+            )
+        return memo[key][1]
 
     def _host_fixed(self, model: Model, opts: Options, hosts: List[Host], head: Host) -> Dict[str, float]:
         """What each host's RAM pool holds before any layer: the process, the head's embeddings."""

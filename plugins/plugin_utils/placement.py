@@ -36,7 +36,7 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import 
     MIB,
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_placement import (
-    DevicePlacer,
+    device_placer_for,
     has_gpus,
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import Placement, _pp_extra
@@ -66,18 +66,13 @@ __metaclass__ = type
 # per left-out worker). ``place`` (fewest hosts, memory) is the default; the speed objective
 # passes its own (plugins/plugin_utils/speed_search.py). It raises PlacementError when nothing fits.
 Placer = Callable[[Model, Host, List[Host], Options], Tuple[Placement, List[str], Dict[str, str]]]
-# Extra plan fields computed from the chosen placement (the speed prediction).
+# Extra plan fields computed from the chosen placement (the speed prediction; its ``warnings`` are
+# added to the plan's).
 Annotate = Callable[[Placement, Model, Options], Dict[str, Any]]
 
 NOT_NEEDED = "not needed: the model fits on fewer hosts"
 # plan.json's format (docs/plan-format.md): 2 lists each host's devices
 PLAN_VERSION = 2
-
-
-def _memory_only(_placement: Placement, _model: Model, _opts: Options) -> Dict[str, Any]:
-    """The plan's objective fields on a fleet with GPUs: planned for memory, no speed prediction
-    (the time model prices hosts' CPUs, not devices)."""
-    return {"objective": "memory", "speed": None}
 
 
 def uncalibrated_warnings(entry: Dict[str, Any]) -> List[str]:
@@ -121,22 +116,13 @@ def plan_llama_cpp(
     head_host, worker_hosts = hosts_from_dicts(head, workers, reserve_mib)
     warnings: List[str] = []
     devices_by_host = {str(h["name"]): h.get("devices") or [] for h in [head, *workers]}
-    if has_gpus(devices_by_host):
-        # some host offers a GPU: every device a slot (device_placement.py)
-        if placer is not None:
-            warnings.append(
-                "the speed objective does not price devices yet: this fleet has GPUs, planned for memory"
-                " (GPU memory first, then RAM)"
-            )
-        if annotate is not None:
-            annotate = _memory_only
-        placer = DevicePlacer(
-            devices_by_host,
-            {
-                str(h["name"]): float(h.get("gpu_reserve_mib", DEFAULT_GPU_RESERVE_MIB))
-                for h in [head, *workers]
-            },
-        )
+    gpus = device_placer_for(head, workers)
+    if gpus is not None:
+        # some host offers a GPU: every device a slot (device_placement.py; for speed, device_speed.py)
+        if placer is None:
+            placer = gpus
+        elif not getattr(placer, "over_devices", False):
+            raise ValueError("this fleet has GPUs: its placement strategy must place devices, not hosts")
     placer = placer or memory_placer
     placement, reasons, left_out = placer(model, head_host, worker_hosts, opts)
     entry = plan_entry(placement, model, opts)
@@ -164,7 +150,9 @@ def plan_llama_cpp(
         # A Hugging Face checkpoint says its element width; the lws role scales to the served dtype.
         plan["vllm"]["weights_dtype_bytes"] = int(layout["weights_dtype_bytes"])
     if annotate is not None:
-        plan.update(annotate(placement, model, opts))
+        extra = annotate(placement, model, opts)
+        warnings += extra.pop("warnings", [])
+        plan.update(extra)
     choice = calibration.for_build(opts.llama_cpp_build)
     plan["llama_cpp"] = choice.to_dict()
     plan["warnings"] = ([choice.warning] if choice.warning else []) + warnings + uncalibrated_warnings(entry)

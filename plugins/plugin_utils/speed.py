@@ -53,7 +53,10 @@ import dataclasses
 import math
 from typing import Any, Dict, List, Optional, Sequence
 
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import SPEED_LIMITS
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import (
+    DEVICE_SPEED_DEFAULTS,
+    SPEED_LIMITS,
+)
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import Placement
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Host, Model
 
@@ -68,11 +71,23 @@ SPEED_KEYS = (
     "output_ms",
     "output_cpu_ms",
     "token_ms",
+    "devices",
 )
 # the optional figures of any host (checked like ms_per_layer when given)
 OPTIONAL_KEYS = ("cpu_quota", "cpu_ms_per_layer", "output_ms", "output_cpu_ms", "token_ms")
+# a device's figures in ``speed.devices`` (keyed by its llama.cpp name: Vulkan0, CUDA0 ...)
+DEVICE_KEYS = ("ms_per_layer", "output_ms")
 PROMPT_TOKENS = 128
 FLOAT_BYTES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceFigures:
+    """One device's measured figures (profile.json ``devices``, docs/profile.md): its decode time
+    per layer per token of this model, and the output layer's there (None: priced by weight)."""
+
+    ms_per_layer: float
+    output_ms: Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +108,8 @@ class Figures:
     output_ms: Optional[float] = None
     output_cpu_ms: Optional[float] = None
     token_ms: Optional[float] = None
+    # the host's non-CPU devices measured apart (name -> figures); the CPU device is the host's
+    devices: Optional[Dict[str, DeviceFigures]] = dataclasses.field(default=None, compare=False)
 
     @property
     def cpu_per_layer(self) -> float:
@@ -162,10 +179,12 @@ def figures_of(data: Dict[str, Any], role: str) -> Optional[Figures]:
     if unknown:
         raise ValueError("host %s: speed has unknown keys %s" % (name, ", ".join(map(str, unknown))))
     ms = _number(name, "ms_per_layer", value.get("ms_per_layer"), SPEED_LIMITS["ms_per_layer"])
-    extra: Dict[str, float] = {}
+    extra: Dict[str, Any] = {}
     for key in OPTIONAL_KEYS:
         if value.get(key) is not None:
             extra[key] = _number(name, key, value[key], SPEED_LIMITS[key])
+    if value.get("devices") is not None:
+        extra["devices"] = _devices_of(name, value["devices"])
     if role == "head":
         for key in ("rtt_ms", "mbit_s"):
             if value.get(key) is not None:
@@ -176,6 +195,77 @@ def figures_of(data: Dict[str, Any], role: str) -> Optional[Figures]:
     rtt = _number(name, "rtt_ms", value.get("rtt_ms"), SPEED_LIMITS["rtt_ms"])
     mbit = _number(name, "mbit_s", value.get("mbit_s"), SPEED_LIMITS["mbit_s"])
     return Figures(ms, rtt, mbit, **extra)
+
+
+def _devices_of(host: str, value: Any) -> Dict[str, DeviceFigures]:
+    """``speed.devices``: device name -> {ms_per_layer, output_ms (optional)}, each checked."""
+    if not isinstance(value, dict):
+        raise ValueError(
+            "host %s: speed.devices must map a device name to {ms_per_layer, output_ms}, got %r"
+            % (host, value)
+        )
+    out: Dict[str, DeviceFigures] = {}
+    for dev, figs in value.items():
+        where = "%s device %s" % (host, dev)
+        if not isinstance(figs, dict):
+            raise ValueError(
+                "host %s: speed.devices.%s must be {ms_per_layer, output_ms}, got %r" % (host, dev, figs)
+            )
+        unknown = sorted(set(figs) - set(DEVICE_KEYS))
+        if unknown:
+            raise ValueError(
+                "host %s: speed.devices.%s has unknown keys %s" % (host, dev, ", ".join(map(str, unknown)))
+            )
+        ms = _number(where, "ms_per_layer", figs.get("ms_per_layer"), SPEED_LIMITS["ms_per_layer"])
+        output = figs.get("output_ms")
+        out[str(dev)] = DeviceFigures(
+            ms, _number(where, "output_ms", output, SPEED_LIMITS["output_ms"]) if output is not None else None
+        )
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceCost:
+    """What a layer costs on one device (docs/planner.md, "Speed per device").
+
+    ``priced``: ``measured`` (the profile's figure for the device), ``host CPU`` (the CPU device:
+    the host's own figure) or ``assumed: <factor>x the host's CPU (<kind>)`` (no figure: the
+    documented default of its kind, constants.DEVICE_SPEED_DEFAULTS). ``on_cpu``: it runs on the
+    host's CPUs (the CPU device, a Vulkan driver on the CPU), so its work counts in a CPU quota."""
+
+    ms_per_layer: float
+    output_ms: Optional[float]
+    priced: str
+    on_cpu: bool
+
+    @property
+    def assumed(self) -> bool:
+        return self.priced.startswith("assumed")
+
+
+def device_kind(backend: str, dev_type: str, cpu_driver: bool) -> str:
+    """The key of a device's default cost: ``cpu_driver`` (a Vulkan driver running on the CPU),
+    ``igpu`` (an integrated GPU), else its backend (a discrete GPU)."""
+    if cpu_driver:
+        return "cpu_driver"
+    if dev_type == "igpu":
+        return "igpu"
+    return backend
+
+
+def device_cost(fig: Figures, name: str, backend: str, dev_type: str, cpu_driver: bool = False) -> DeviceCost:
+    """A device's cost per layer on a host with figures ``fig``: the CPU device is the host's own
+    figure; another device its measured figure, else the default of its kind x the host's CPU."""
+    if backend == "cpu":
+        return DeviceCost(fig.ms_per_layer, fig.output_ms, "host CPU", True)
+    measured = (fig.devices or {}).get(name)
+    if measured is not None:
+        return DeviceCost(measured.ms_per_layer, measured.output_ms, "measured", cpu_driver)
+    kind = device_kind(backend, dev_type, cpu_driver)
+    factor = DEVICE_SPEED_DEFAULTS.get(kind, DEVICE_SPEED_DEFAULTS["vulkan"])
+    return DeviceCost(
+        fig.ms_per_layer * factor, None, "assumed: %gx the host's CPU (%s)" % (factor, kind), cpu_driver
+    )
 
 
 def figures_for(head: Dict[str, Any], workers: Sequence[Dict[str, Any]]) -> Dict[str, Figures]:
@@ -386,6 +476,95 @@ def estimate_split(
     return Estimate(hosts, links, prompt_tokens, capped, head_fig.token_ms or 0.0)
 
 
+def estimate_devices(
+    model: Model, p: Placement, figures: Dict[str, Figures], prompt_tokens: int = PROMPT_TOKENS
+) -> Optional[Estimate]:
+    """The estimate of a device placement (device_placement.py; ``p.devices`` set), or None when a
+    used host has no figures.
+
+    The chain adds the devices in order on each host: each device's layers at its own cost
+    (:func:`device_cost`: measured, the host's CPU figure, or an assumed default), the output
+    layer at its holder device's cost. A hop between two devices of one host crosses no network
+    (the head's own GPUs are local; a worker's devices are one rpc-server, which copies between
+    them itself); a worker's link is paid once, as on a CPU-only fleet. A CPU quota caps the
+    work of the devices that run on the host's CPUs (its CPU, a Vulkan driver on the CPU)."""
+    shape = Shape.of(model)
+    equivalents = shape.output_equivalents
+    hosts: List[Dict[str, Any]] = []
+    links: List[Dict[str, Any]] = []
+    capped: Optional[Dict[str, Any]] = None
+    head_fig = figures.get(p.head.name)
+    if head_fig is None or p.devices is None:
+        return None
+    for i, (host, row) in enumerate(zip(p.hosts(), p.devices)):
+        fig = figures.get(host.name)
+        if fig is None:
+            return None
+        entry: Dict[str, Any] = {
+            "name": host.name,
+            "layers": sum(s.count for s in row),
+            "ms_per_layer": fig.ms_per_layer,
+            "compute_ms": 0.0,
+            "devices": [],
+        }
+        cpu_ms = 0.0
+        holds_output = False
+        for s in row:
+            if not s.used and not (i == 0 and s.dev.is_cpu):
+                continue
+            cost = device_cost(fig, s.dev.name, s.dev.backend, s.dev.type, s.dev.cpu_driver)
+            dev = {
+                "name": s.dev.name,
+                "backend": s.dev.backend,
+                "layers": s.count,
+                "ms_per_layer": cost.ms_per_layer,
+                "priced": cost.priced,
+                "compute_ms": s.count * cost.ms_per_layer,
+            }
+            # CPU ms per ms of time on a device that runs on the host's CPUs (its quota's share)
+            cpu_ratio = fig.cpu_per_layer / fig.ms_per_layer
+            work = s.count * cost.ms_per_layer * cpu_ratio if cost.on_cpu else 0.0
+            if s.output:
+                holds_output = True
+                if s.dev.is_cpu:
+                    output_ms, measured = fig.output_time(equivalents), fig.output_ms is not None
+                    output_cpu = fig.output_cpu(equivalents)
+                else:
+                    measured = cost.output_ms is not None
+                    output_ms = cost.output_ms if measured else equivalents * cost.ms_per_layer
+                    output_cpu = output_ms * cpu_ratio if cost.on_cpu else 0.0
+                dev["output_ms"] = output_ms
+                dev["compute_ms"] += output_ms
+                entry["output_layer_equivalents"] = equivalents
+                entry["output_ms"] = output_ms
+                entry["output_priced"] = "figures" if measured else "by weight"
+                work += output_cpu
+            entry["compute_ms"] += dev["compute_ms"]
+            entry["devices"].append(dev)
+            cpu_ms += work
+        if fig.cpu_quota and cpu_ms > 0:
+            entry["cpu_quota"] = fig.cpu_quota
+            entry["cap_ms"] = cpu_ms / fig.cpu_quota
+            if capped is None or entry["cap_ms"] > capped["cap_ms"]:
+                capped = entry
+        hosts.append(entry)
+        if i > 0:
+            links.append(link_terms(shape, host.name, fig, holds_output))
+    return Estimate(hosts, links, prompt_tokens, capped, head_fig.token_ms or 0.0)
+
+
+def assumed_devices(est: Estimate) -> List[str]:
+    """One line per device of a prediction priced by an assumed default, not a measured figure."""
+    return [
+        "%s %s: no measured speed figure, priced at %s = %.4g ms per layer (an assumption: measure"
+        " it with playbooks/profile.yml or give llmfleet_profile.devices)"
+        % (h["name"], d["name"], d["priced"].split(": ", 1)[1], d["ms_per_layer"])
+        for h in est.hosts
+        for d in h.get("devices") or []
+        if d["priced"].startswith("assumed") and (d["layers"] or "output_ms" in d)
+    ]
+
+
 def output_layer_equivalents(model: Model) -> float:
     """The output layer's decode work in repeating layers: its weight over the average layer's.
 
@@ -401,6 +580,9 @@ def output_layer_equivalents(model: Model) -> float:
 def estimate_placement(
     p: Placement, model: Model, figures: Dict[str, Figures], prompt_tokens: int = PROMPT_TOKENS
 ) -> Optional[Estimate]:
+    """The estimate of a placement: over its devices when it has them (a fleet with GPUs)."""
+    if p.devices is not None:
+        return estimate_devices(model, p, figures, prompt_tokens)
     return estimate(
         model, p.head, p.workers, p.head_layers, p.worker_layers, p.output_on_head, figures, prompt_tokens
     )

@@ -36,6 +36,8 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import 
     SPEED_MAX_LAST,
     SPEED_MAX_PERMUTED,
 )
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_placement import device_placer_for
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_speed import DeviceSpeedPlacer
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import (
     Placement,
     _Costs,
@@ -56,6 +58,7 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_search 
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import (
     Estimate,
     Figures,
+    assumed_devices,
     estimate,
     estimate_placement,
     figures_for,
@@ -587,9 +590,19 @@ def make_plan(
 
     def annotate(p: Placement, m: Model, _opts: Options) -> Dict[str, Any]:
         est = estimate_placement(p, m, figures)
-        return {"objective": used_objective, "speed": est.to_plan() if est is not None else None}
+        out: Dict[str, Any] = {
+            "objective": used_objective,
+            "speed": est.to_plan() if est is not None else None,
+        }
+        if est is not None and p.devices is not None:
+            out["warnings"] = assumed_devices(est)
+        return out
 
-    placer = speed_placer(figures) if used_objective == "speed" else None
+    placer: Optional[P.Placer] = None
+    if used_objective == "speed":
+        # a fleet with GPUs: the search over devices (device_speed.py); else over hosts
+        gpus = device_placer_for(head, workers)
+        placer = DeviceSpeedPlacer(gpus, figures) if gpus is not None else speed_placer(figures)
     return P.make_plan(
         layout, model, head, workers, options, reserve_mib, backend, target, placer=placer, annotate=annotate
     )

@@ -389,7 +389,9 @@ def test_a_kept_plan_is_dropped_when_a_gpu_filled_up(facts) -> None:
     )
 
 
-def test_the_speed_objective_on_a_gpu_fleet_plans_for_memory_and_says_so(facts) -> None:
+def test_the_speed_objective_on_a_gpu_fleet_prices_devices_and_names_the_assumed_ones(facts) -> None:
+    """Host figures only (no device measured): the speed search prices each GPU at its kind's
+    default (test_device_speed.py has the search itself) and the plan names every assumed device."""
     from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed_search
 
     head, ws = fleet(facts)
@@ -398,8 +400,11 @@ def test_the_speed_objective_on_a_gpu_fleet_plans_for_memory_and_says_so(facts) 
     for w in ws:
         w["speed"] = dict(figures)
     plan = speed_search.make_plan(layout(n_layer=185, layer_mib=300), MODEL, head, ws, {"objective": "speed"})
-    assert plan["objective"] == "memory" and plan["speed"] is None
-    assert any("does not price devices" in w for w in plan["warnings"])
-    assert [h["name"] for h in plan["hosts"]] == [DESKTOP, LAPTOP, NAS]
+    assert plan["objective"] == "speed" and plan["speed"]["tokens_per_second"] > 0
+    assert not any("does not price devices" in w for w in plan["warnings"])
+    assumed = sorted(w.split(":")[0] for w in plan["warnings"] if "no measured speed figure" in w)
+    assert assumed == [f"{DESKTOP} Vulkan0", f"{LAPTOP} Vulkan0"]
+    assert {h["name"] for h in plan["hosts"]} == {DESKTOP, LAPTOP, NAS}
+    check_split(plan, 185)
     with open(os.path.join(ROOT, "docs", "plan.schema.json"), encoding="utf-8") as handle:
         jsonschema.validate(json.loads(json.dumps(plan)), json.load(handle))
