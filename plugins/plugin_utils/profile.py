@@ -42,6 +42,8 @@ FINGERPRINT_KEYS = (
     "total_mib",
     "cgroup_limit_mib",
 )
+# A device's figures (profile.json ``hosts.<h>.devices.<name>``; the planner's ``speed.devices``)
+DEVICE_FIGURE_KEYS = ("ms_per_layer", "output_ms")
 # rpc-server's threads when measured: with more than one, its CPU seconds are mostly its threads
 # polling (molecule/tune, 2 threads: 10.68 CPU s for 8 layers over 64 tokens; 1 thread: 0.94)
 MEASURE_THREADS = 1
@@ -52,10 +54,18 @@ class ProfileError(Exception):
 
 
 def fingerprint(fact: Mapping[str, Any]) -> Dict[str, Any]:
-    """What identifies a host (from its ``llmfleet_host`` fact): CPUs, their model, memory."""
+    """What identifies a host (from its ``llmfleet_host`` fact): CPUs, their model, memory, and
+    for a host with a GPU its devices (name, description, total MiB; a CPU-only host records
+    none, so a profile written before devices were fingerprinted still reads)."""
     memory = fact.get("memory") or {}
     isa = fact.get("isa")
+    gpus = [
+        "%s %s %s" % (d.get("name"), d.get("description"), d.get("memory_total_mib"))
+        for d in fact.get("devices") or []
+        if isinstance(d, dict) and d.get("backend") != "cpu"
+    ]
     return {
+        **({"devices": gpus} if gpus else {}),
         "arch": fact.get("arch"),
         "cpu_model": fact.get("cpu_model"),
         "cpus": fact.get("cpus"),
@@ -71,7 +81,7 @@ def fingerprint_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> List[
     """The fingerprint fields that differ, as "field old -> new"."""
     return [
         "%s %s -> %s" % (key, _show(old.get(key)), _show(new.get(key)))
-        for key in FINGERPRINT_KEYS
+        for key in (*FINGERPRINT_KEYS, "devices")
         if old.get(key) != new.get(key)
     ]
 
@@ -110,8 +120,12 @@ def build_profile(
     links: Mapping[str, Mapping[str, Any]],
     now: str,
     fleet: Optional[Mapping[str, Any]] = None,
+    devices: Optional[Mapping[str, Mapping[str, Mapping[str, Any]]]] = None,
 ) -> Dict[str, Any]:
     """profile.json after one measuring run.
+
+    ``devices``: host -> device name -> its figures (:func:`device_figures`), for the devices
+    other than the CPU that this run measured (written under the host's ``devices``).
 
     ``fleet``: :func:`measure`'s ``output_layers`` and ``token`` (written as they are; the
     previous profile's ``output_layers`` is kept when this run could not make one).
@@ -132,7 +146,7 @@ def build_profile(
     )
     if previous and same:
         hosts.update({k: dict(v) for k, v in (previous.get("hosts") or {}).items() if isinstance(v, dict)})
-    for name in sorted(set(compute) | set(links)):
+    for name in sorted(set(compute) | set(links) | set(devices or {})):
         fact = facts.get(name)
         if not isinstance(fact, dict):
             continue
@@ -140,7 +154,7 @@ def build_profile(
         old = hosts.get(name) or {}
         if old.get("fingerprint") == entry["fingerprint"]:
             # same hardware: keep a figure this run could not make
-            for key in ("compute", "link"):
+            for key in ("compute", "link", "devices"):
                 if key in old:
                     entry[key] = old[key]
         figures = compute.get(name) or {}
@@ -167,6 +181,11 @@ def build_profile(
             entry["link"]["measured_at"] = now
         elif link.get("reason"):
             entry["not_measured"].append(link["reason"])
+        for dev, got in sorted(((devices or {}).get(name) or {}).items()):
+            for key in DEVICE_FIGURE_KEYS:
+                if got.get(key) is not None:
+                    check_figure("%s device %s" % (name, dev), key, got[key], "the measured requests")
+            entry.setdefault("devices", {})[dev] = {**got, "measured_at": now}
         hosts[name] = entry
     fleet = fleet or {}
     ratio = fleet.get("output_layers")
@@ -201,11 +220,11 @@ def _profile_staleness(profile: Mapping[str, Any], build: str, model_sha256: Opt
 
 def _figures(
     name: str, entry: Mapping[str, Any], is_head: bool, ratio: Optional[float] = None
-) -> Tuple[Dict[str, float], List[str]]:
+) -> Tuple[Dict[str, Any], List[str]]:
     """The speed dict of one profile entry, or the reasons it cannot be used. ``ratio``: the
     profile's ``output_layers`` (the output layer's measured cost in repeating layers), which
     prices the output layer on a host where it was not measured."""
-    speed: Dict[str, float] = {}
+    speed: Dict[str, Any] = {}
     problems: List[str] = []
     compute = entry.get("compute") or {}
     link = entry.get("link") or {}
@@ -237,6 +256,8 @@ def _figures(
                     speed["output_cpu_ms"] = round(
                         ratio * check_figure(name, "cpu_ms_per_layer", cpu, "profile.json"), 4
                     )
+        if entry.get("devices") is not None:
+            speed["devices"] = _device_speeds(name, entry["devices"], "profile.json")
         if not is_head:
             if not link:
                 problems.append("no link figures")
@@ -246,6 +267,56 @@ def _figures(
     except ProfileError as err:
         problems.append(str(err).split(": ", 1)[1])
     return speed, problems
+
+
+def _device_speeds(name: str, value: Any, where: str) -> Dict[str, Dict[str, float]]:
+    """``devices`` of a profile entry or an inventory's ``llmfleet_profile``: device name ->
+    {ms_per_layer, output_ms (optional)}, each figure checked (:class:`ProfileError` naming the
+    host, the device and the value)."""
+    if not isinstance(value, dict):
+        raise ProfileError("%s: devices %r in %s is not a dict of device figures" % (name, value, where))
+    out: Dict[str, Dict[str, float]] = {}
+    for dev, figures in value.items():
+        try:
+            if not isinstance(figures, dict):
+                raise ProfileError("%s: figures %r in %s are not a dict" % (name, figures, where))
+            got = {"ms_per_layer": check_figure(name, "ms_per_layer", figures.get("ms_per_layer"), where)}
+            if figures.get("output_ms") is not None:
+                got["output_ms"] = check_figure(name, "output_ms", figures["output_ms"], where)
+        except ProfileError as err:
+            raise ProfileError("%s: device %s: %s" % (name, dev, str(err).split(": ", 1)[1])) from err
+        out[str(dev)] = got
+    return out
+
+
+def device_figures(
+    host: str, device: str, cpu_ms_per_layer: float, on_device_ms: float, on_cpu_ms: float, layers: int
+) -> Dict[str, Any]:
+    """A device's ms per layer from two measured requests through one placement that differ only
+    in where ``layers`` repeating layers of ``host`` run: on ``device`` (``on_device_ms`` per token)
+    and on the host's CPU (``on_cpu_ms``). Every other term of the two requests is the same, so
+    ``ms_per_layer = cpu_ms_per_layer + (on_device_ms - on_cpu_ms) / layers`` (wall time: a GPU's
+    time is not CPU seconds). docs/profile.md, "Per device"; :class:`ProfileError` names the host,
+    the device and the value when the figure cannot be made."""
+    at = "%s device %s" % (host, device)
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise ProfileError("%s: %r layers moved: at least one is needed to price a device" % (at, layers))
+    cpu = check_figure(at, "ms_per_layer", cpu_ms_per_layer, "the host's CPU figure")
+    on_device = check_figure(at, "ms_per_token", on_device_ms, "the request on the device")
+    on_cpu = check_figure(at, "ms_per_token", on_cpu_ms, "the request on the CPU")
+    ms = cpu + (on_device - on_cpu) / layers
+    if ms <= 0:
+        raise ProfileError(
+            "%s: %d layers on it made a token %.3f ms faster than on the CPU (%.3f ms a layer there):"
+            " more than the layers cost, so the requests are too noisy to price it (measure more tokens)"
+            % (at, layers, on_cpu - on_device, cpu)
+        )
+    return {
+        "ms_per_layer": round(check_figure(at, "ms_per_layer", ms, "the measured requests"), 4),
+        "layers": layers,
+        "ms_per_token_on_device": on_device,
+        "ms_per_token_on_cpu": on_cpu,
+    }
 
 
 def speeds(
@@ -267,7 +338,7 @@ def speeds(
 
     Returns ``speed`` (host -> dict), ``source`` (host -> profile | inventory) and ``remeasure``.
     """
-    out: Dict[str, Dict[str, float]] = {}
+    out: Dict[str, Dict[str, Any]] = {}
     source: Dict[str, str] = {}
     remeasure: List[str] = []
     stale = _profile_staleness(profile, build, model_sha256) if profile else None
@@ -278,7 +349,7 @@ def speeds(
         if figures:
             if not isinstance(figures, dict):
                 raise ProfileError("%s: llmfleet_profile %r is not a dict" % (name, figures))
-            speed = {
+            speed: Dict[str, Any] = {
                 "ms_per_layer": check_figure(
                     name, "ms_per_layer", figures.get("ms_per_layer"), "llmfleet_profile"
                 )
@@ -293,6 +364,8 @@ def speeds(
             for key in OUTPUT_KEYS if is_head else OUTPUT_KEYS[:2]:
                 if figures.get(key) is not None:
                     speed[key] = check_figure(name, key, figures[key], "llmfleet_profile")
+            if figures.get("devices") is not None:
+                speed["devices"] = _device_speeds(name, figures["devices"], "llmfleet_profile")
             if not is_head and figures.get("token_ms") is not None:
                 raise ProfileError(
                     "%s: llmfleet_profile token_ms is the head's figure, not a worker's" % name

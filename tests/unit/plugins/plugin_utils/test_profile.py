@@ -321,3 +321,73 @@ def test_the_drop_in_runs_a_served_rpc_server_at_one_thread() -> None:
         prof.single_thread_dropin(UNIT.replace("--threads 4 ", ""), "w1")
     with pytest.raises(prof.ProfileError, match="w1: the rpc-server unit has 0 ExecStart lines"):
         prof.single_thread_dropin("[Service]\n", "w1")
+
+
+GPU = {
+    "name": "Vulkan0",
+    "backend": "vulkan",
+    "description": "NVIDIA GeForce RTX 3060",
+    "memory_total_mib": 12502,
+}
+CPU_DEV = {"name": "CPU", "backend": "cpu", "description": "Xeon", "memory_total_mib": 15000}
+
+
+def test_a_device_is_priced_from_two_requests_that_move_its_layers() -> None:
+    """4 layers on the GPU instead of the CPU (2.0 ms a layer there) made a token 7.2 ms faster:
+    the GPU costs 2.0 - 7.2 / 4 = 0.2 ms a layer."""
+    got = prof.device_figures("w1", "Vulkan0", 2.0, 42.8, 50.0, 4)
+    assert got["ms_per_layer"] == pytest.approx(0.2)
+    # a slow device (lavapipe): the same layers made the token slower
+    assert prof.device_figures("w1", "Vulkan0", 2.0, 90.0, 50.0, 4)["ms_per_layer"] == pytest.approx(12.0)
+    with pytest.raises(
+        prof.ProfileError, match=r"^w1 device Vulkan0: 4 layers on it made a token 9.000 ms faster"
+    ):
+        prof.device_figures("w1", "Vulkan0", 2.0, 41.0, 50.0, 4)
+    with pytest.raises(prof.ProfileError, match=r"^w1 device Vulkan0: 0 layers moved"):
+        prof.device_figures("w1", "Vulkan0", 2.0, 41.0, 50.0, 0)
+
+
+def test_device_figures_reach_the_profile_and_the_speed_dicts() -> None:
+    facts = dict(FACTS, w1=dict(fact(), devices=[GPU, CPU_DEV]))
+    figures = figs.compute_figures(PLAN, SAMPLES, TIMINGS, FACTS, UNITS)
+    links = {
+        "w1": {"measured": True, "rtt_ms": 0.4, "mbit_s": 900.0},
+        "w2": {"measured": True, "rtt_ms": 0.5, "mbit_s": 20.0},
+    }
+    devices = {"w1": {"Vulkan0": prof.device_figures("w1", "Vulkan0", 4.5, 42.8, 50.0, 4)}}
+    p = prof.build_profile(
+        None, "b0c1e570", {"name": "m", "sha256": SHA}, facts, figures, links, NOW, devices=devices
+    )
+    jsonschema.validate(p, SCHEMA)
+    assert p["hosts"]["w1"]["fingerprint"]["devices"] == ["Vulkan0 NVIDIA GeForce RTX 3060 12502"]
+    assert "devices" not in p["hosts"]["w2"]["fingerprint"]  # a CPU-only host: as before
+    result = use(p, facts=facts)
+    assert result["speed"]["w1"]["devices"] == {"Vulkan0": {"ms_per_layer": pytest.approx(2.7)}}
+    # another GPU in the host: its figures are stale
+    swapped = dict(facts, w1=dict(fact(), devices=[dict(GPU, description="AMD Radeon RX 7900 XTX"), CPU_DEV]))
+    assert "w1" not in use(p, facts=swapped)["speed"]
+    # a bad device figure in profile.json: the host is named, not used
+    bad = copy.deepcopy(p)
+    bad["hosts"]["w1"]["devices"]["Vulkan0"]["ms_per_layer"] = -1
+    assert use(bad, facts=facts)["remeasure"] == [
+        "w1: figures not used (device Vulkan0: ms_per_layer is -1 in profile.json (not positive)):"
+        " re-measure with playbooks/profile.yml"
+    ]
+
+
+def test_a_profile_without_devices_still_reads_on_a_cpu_only_fleet() -> None:
+    """Old profiles (no devices, no device fingerprint) give the same speed dicts as before."""
+    p = profile()
+    assert all("devices" not in h and "devices" not in h["fingerprint"] for h in p["hosts"].values())
+    assert all("devices" not in s for s in use(p)["speed"].values())
+
+
+def test_inventory_device_figures_are_checked_and_passed_on() -> None:
+    given = {
+        "w1": {"ms_per_layer": 4.0, "rtt_ms": 1.0, "mbit_s": 900, "devices": {"CUDA0": {"ms_per_layer": 0.3}}}
+    }
+    result = prof.speeds(["head", "w1"], "head", None, FACTS, given, "b0c1e570", SHA)
+    assert result["speed"]["w1"]["devices"] == {"CUDA0": {"ms_per_layer": 0.3}}
+    given["w1"]["devices"] = {"CUDA0": {"ms_per_layer": 0}}
+    with pytest.raises(prof.ProfileError, match=r"^w1: device CUDA0: ms_per_layer is 0 in llmfleet_profile"):
+        prof.speeds(["head", "w1"], "head", None, FACTS, given, "b0c1e570", SHA)
