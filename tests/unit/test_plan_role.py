@@ -122,6 +122,14 @@ def test_a_head_with_a_gpu_gets_its_layers_on_it_and_plan_md_a_row_per_device(tm
             "uma": False,
         },
     ]
+    # every host measured (what-if figures), the head's GPU too: auto plans for speed over devices
+    hosts = inventory["all"]["children"]
+    hosts["llm_head"]["hosts"]["head1"]["llmfleet_profile"] = {
+        "ms_per_layer": 2.0,
+        "devices": {"Vulkan0": {"ms_per_layer": 0.25}},
+    }
+    for worker in hosts["llm_workers"]["hosts"].values():
+        worker["llmfleet_profile"] = {"ms_per_layer": 2.0, "rtt_ms": 1.0, "mbit_s": 1000}
     gpu_inventory = tmp_path / "gpu.yml"
     gpu_inventory.write_text(yaml.safe_dump(inventory))
     env = dict(os.environ, LLMFLEET_TEST_MODEL=GEMMA, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
@@ -142,3 +150,8 @@ def test_a_head_with_a_gpu_gets_its_layers_on_it_and_plan_md_a_row_per_device(tm
     md = (tmp_path / "plan.md").read_text()
     assert "| head1 | Vulkan0 | Vulkan0 | vulkan | gpu | 0-17 | yes |" in md
     assert "| head1 | CPU | CPU | cpu | cpu | - |  |" in md
+    # the prediction over devices: the GPU's measured figure, plan.md's per-device "Why" rows
+    assert plan["objective"] == "speed"
+    (gpu,) = [d for d in plan["speed"]["hosts"][0]["devices"] if d["name"] == "Vulkan0"]
+    assert (gpu["layers"], gpu["ms_per_layer"], gpu["priced"]) == (18, 0.25, "measured")
+    assert "| head1 | Vulkan0 | 18 | 0.25 | measured |" in md
