@@ -10,7 +10,12 @@ workers. Workers differ in speed (ms per layer 1-4, rtt 0.5-20 ms, 100-1000 Mbit
 speed objective has choices to make. Each fleet is planned under both objectives; the figures are
 CPU seconds of this process (time.process_time), so load from other processes counts little.
 
-    python bench/planner_scale.py [--sizes 8,16,32,64,128] [--objectives memory,speed] [--json OUT]
+With ``--gpus`` the workers offer devices (issue #32, docs/planner.md "Speed per device"): every
+third a discrete Vulkan GPU (512 MiB free, measured at 0.2x its CPU), every third an iGPU
+(256 MiB, sharing its RAM, unmeasured: priced at the assumed default), the rest their CPU only;
+the fleet is then planned over devices (device_placement.py, device_speed.py).
+
+    python bench/planner_scale.py [--sizes 8,16,32,64,128] [--objectives memory,speed] [--gpus] [--json OUT]
 """
 
 from __future__ import annotations
@@ -53,7 +58,20 @@ def layout(n_layer: int = 96, layer_mib: float = 40.0, n_vocab: int = 152064, n_
     }
 
 
-def fleet(n_hosts: int, usable_mib: float = 240.0):
+def devices(i: int, usable_mib: float) -> list:
+    """Worker i's devices with ``--gpus``: a discrete GPU, an iGPU or none (its CPU only)."""
+    cpu = {"name": "CPU", "backend": "cpu", "description": "CPU", "type": "cpu", "uma": False}
+    cpu.update(memory_total_mib=usable_mib, memory_free_mib=usable_mib)
+    kind = i % 3
+    if kind == 2:
+        return [cpu]
+    gpu = {"name": "Vulkan0", "backend": "vulkan", "description": "what-if GPU"}
+    gpu.update(type="gpu" if kind == 0 else "igpu", uma=kind == 1)
+    gpu.update(memory_total_mib=1024, memory_free_mib=512.0 if kind == 0 else 256.0)
+    return [gpu, cpu]
+
+
+def fleet(n_hosts: int, usable_mib: float = 240.0, gpus: bool = False):
     """A head (1024 MiB: embeddings and a few layers) and n_hosts - 1 uneven workers."""
     head = {"name": "head", "usable_mib": 1024.0, "cpus": 4, "speed": {"ms_per_layer": 1.0}}
     workers = []
@@ -72,11 +90,17 @@ def fleet(n_hosts: int, usable_mib: float = 240.0):
                 },
             }
         )
+        if gpus:
+            w = workers[-1]
+            w["devices"] = devices(i, w["usable_mib"])
+            w["gpu_reserve_mib"] = 64.0
+            if i % 3 == 0:
+                w["speed"]["devices"] = {"Vulkan0": {"ms_per_layer": 0.2 * w["speed"]["ms_per_layer"]}}
     return head, workers
 
 
-def one(n_hosts: int, objective: str):
-    head, workers = fleet(n_hosts)
+def one(n_hosts: int, objective: str, gpus: bool = False):
+    head, workers = fleet(n_hosts, gpus=gpus)
     opts = {"context": 2048, "objective": objective, "head_layers": True}
     start = time.process_time()
     try:
@@ -110,6 +134,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--sizes", default="8,16,32,64,128")
     ap.add_argument("--objectives", default="memory,speed")
+    ap.add_argument("--gpus", action="store_true", help="workers with a discrete GPU or an iGPU")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
     rows = []
@@ -119,7 +144,7 @@ def main() -> int:
     print("|--:|---|--:|--:|--:|--:|--:|")
     for n in [int(x) for x in args.sizes.split(",")]:
         for objective in args.objectives.split(","):
-            row = one(n, objective)
+            row = one(n, objective, args.gpus)
             rows.append(row)
             used = row["used_workers"] if row["used_workers"] is not None else row["result"]
             tps = row["tokens_per_second"] if row["tokens_per_second"] is not None else "-"
