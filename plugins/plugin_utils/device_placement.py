@@ -184,12 +184,15 @@ class DevicePlacer:
         opts: Options,
         cost: Optional[Callable[[Dev], float]] = None,
         limits: Optional[Mapping[Tuple[str, str], int]] = None,
+        counts: Optional[Mapping[Tuple[str, str], int]] = None,
     ) -> Placement:
         """The placement on ``head`` + ``workers`` (it may not fit: see Placement.fits).
 
         Without ``cost``: GPU memory first, then RAM. With ``cost`` (a device's ms per layer, the
         speed search): the devices take layers cheapest first, each up to what fits it.
-        ``limits``: (host, device name) -> the most layers that device may take."""
+        ``limits``: (host, device name) -> the most layers that device may take. ``counts``:
+        (host, device name) -> exactly its layers (summing to n_layer; the speed search's moves,
+        whose fit ``fits()`` checks with the exact model rather than the fill's estimate)."""
         hosts = [head, *workers]
         output_on_head = opts.output_layer == "head"
         shares: List[List[Share]] = [[Share(d) for d in self.devs(h)] for h in hosts]
@@ -241,7 +244,14 @@ class DevicePlacer:
             for s in [*chain, head_cpu]:
                 s.count = 0
             rest = model.n_layer
-            for s in fill:
+            if counts is not None:
+                for s in fill:
+                    s.count = counts.get((s.dev.host, s.dev.name), 0)
+                    rest -= s.count
+                fill_rest: List[Share] = []
+            else:
+                fill_rest = fill
+            for s in fill_rest:
                 if rest == 0:
                     break
                 most = limits.get((s.dev.host, s.dev.name), rest)
@@ -253,7 +263,7 @@ class DevicePlacer:
                     pools_left[s.dev.host] -= (
                         s.count * per_layer + worker_compute_bytes(model, opts, True) * factor
                     )
-            if rest:
+            if rest > 0:
                 # nothing more fits: the rest on the head's CPU (the refusal names what is missing)
                 target = head_cpu if not workers else chain[-1]
                 target.count += rest

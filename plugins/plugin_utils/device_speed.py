@@ -17,10 +17,12 @@ The search, within the host speed search's limits (constants.py):
   cheapest first: on devices the order changes only where the output layer goes;
 - the output layer on the head (``-ot``) or on the last device with layers (``output_layer``
   policy permitting), and for the last worker both its CPU and its last GPU as that device;
-- for each, the layers go to the cheapest devices first, each up to what fits it
-  (``DevicePlacer.place`` with a cost): exact for the compute sum when the devices' memory is
-  independent (a discrete GPU); a host's CPU and its uma devices share one pool and each used
-  device adds a compute buffer, so there it is a heuristic, checked by ``fits()``.
+- for each, the layers go to the cheapest devices first, each up to what the fill estimates fits
+  it (``DevicePlacer.place`` with a cost; the estimate is on the safe side);
+- then moves between two devices, kept while the exact memory model fits them and the
+  prediction falls, from the fastest fills first and from those that did not fit, within
+  ``REFINE_TOTAL`` placements. A heuristic: tests/unit/plugins/plugin_utils/test_device_speed.py
+  holds it to a brute force on small fleets.
 
 Sets are tried by a lower bound (their links, every layer on the cheapest devices their room
 could hold, the cheapest output layer) and the search stops once the bound reaches the best time
@@ -60,6 +62,9 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import (
 __metaclass__ = type
 
 INF = float("inf")
+# The placements one refinement by moves may try, and all refinements of one search together.
+REFINE_TRIES = 200
+REFINE_TOTAL = 1200
 
 
 class DeviceSpeedPlacer:
@@ -122,20 +127,79 @@ class DeviceSpeedPlacer:
                 )
         candidates.sort(key=lambda c: (c[0], c[1], c[2], c[4]))
         best_ms, best = INF, None
+        # the fill of every candidate whose bound is below the best fill found
+        filled: List[Tuple[float, float, List[Host], Options, Placement]] = []
         for bound, _size, _names, combo, out in candidates:
             if bound >= best_ms - 1e-9:
                 break
-            layer = "head" if out else "worker"
-            o = dataclasses.replace(opts, output_layer=layer)
+            o = dataclasses.replace(opts, output_layer="head" if out else "worker")
             for order in self._orders(combo):
                 for limits in self._holder_limits(order, out):
                     p = self.devices.place(model, head, list(order), o, cost=self.cost, limits=limits)
-                    if not p.fits() or any(not any(s.used for s in row) for row in p.devices[1:]):
-                        continue  # a worker left without a layer is a smaller set, tried on its own
-                    est = estimate_devices(model, p, self.figures)
-                    if est is not None and est.ms_per_token < best_ms - 1e-9:
-                        best_ms, best = est.ms_per_token, p
+                    ms = self._ms(model, p)
+                    filled.append((ms, bound, list(order), o, p))
+                    if ms < best_ms - 1e-9:
+                        best_ms, best = ms, p
+        # then moves from the fills, the fastest first, then those that did not fit (the fill's
+        # room per device is an estimate) by their bound, within REFINE_TOTAL placements in all
+        fitting = sorted((f for f in filled if f[0] < INF), key=lambda f: f[0])
+        unfit = sorted((f for f in filled if f[0] == INF), key=lambda f: f[1])
+        left = REFINE_TOTAL
+        for ms, bound, order, o, p in [*fitting, *unfit]:
+            if left <= 0:
+                break
+            if bound >= best_ms - 1e-9:
+                continue
+            p, ms, used = self._refine(model, head, order, o, p, ms, min(REFINE_TRIES, left))
+            left -= used
+            if ms < best_ms - 1e-9:
+                best_ms, best = ms, p
         return best
+
+    def _ms(self, model: Model, p: Placement) -> float:
+        """The predicted ms per token of a placement that fits and uses every worker, else INF."""
+        if not p.fits() or any(not any(s.used for s in row) for row in p.devices[1:]):
+            return INF  # a worker left without a layer is a smaller set, tried on its own
+        est = estimate_devices(model, p, self.figures)
+        return est.ms_per_token if est is not None else INF
+
+    def _refine(
+        self, model: Model, head: Host, order: List[Host], opts: Options, p: Placement, ms: float, budget: int
+    ) -> Tuple[Placement, float, int]:
+        """Moves of layers from a dearer device to a cheaper one, kept while the prediction falls
+        and the exact memory model fits them (the fill's room per device is an estimate: the
+        largest layer, a pipelined compute buffer); from a fill that does not fit, moves in any
+        direction until one fits. Each move tries the most layers first, then halves; at most
+        ``budget`` placements."""
+        shares = [s for row in p.devices for s in row]
+        keys = [(s.dev.host, s.dev.name) for s in shares]
+        cost = {k: self.cost(s.dev) for k, s in zip(keys, shares)}
+        counts = {k: s.count for k, s in zip(keys, shares)}
+        tries = 0
+        improved = True
+        while improved and tries < budget:
+            improved = False
+            for a in sorted((k for k in keys if counts[k] > 0), key=lambda k: -cost[k]):
+                # to a cheaper device; any other while it does not fit (the fill's room is an estimate)
+                dest = [k for k in keys if k != a and (cost[k] < cost[a] or ms == INF)]
+                for b in sorted(dest, key=lambda k: cost[k]):
+                    step = counts[a]
+                    while step >= 1 and tries < budget:
+                        tries += 1
+                        trial = dict(counts)
+                        trial[a] -= step
+                        trial[b] += step
+                        q = self.devices.place(model, head, order, opts, counts=trial)
+                        got = self._ms(model, q)
+                        if got < ms - 1e-9:
+                            p, ms, counts, improved = q, got, trial, True
+                            break
+                        step //= 2
+                    if improved:
+                        break
+                if improved:
+                    break
+        return p, ms, tries
 
     def _sets(self, workers: List[Host], lo: int) -> List[Tuple[Host, ...]]:
         if len(workers) <= SPEED_EXACT_WORKERS:
