@@ -274,3 +274,17 @@ def test_the_device_search_equals_a_brute_force_on_small_fleets() -> None:
         compared += 1
         assert got_ms == pytest.approx(best, rel=1e-9), (head, workers)
     assert compared >= 30
+
+
+def test_a_cpu_quota_caps_the_devices_that_run_on_the_cpu_only(facts) -> None:
+    """A quota'd laptop: its cap counts its CPU's layers, not its GPU's (the memory plan puts its
+    layers on the iGPU alone: no cap; the speed plan moves some to its CPU: capped)."""
+    head, ws = gpu_fleet(facts, igpu_ms=6.0)
+    ws[0]["speed"].update(cpu_quota=0.5, cpu_ms_per_layer=4.0)
+    memory, speed = plan_both(layout(n_layer=160, layer_mib=300), head, ws)
+    for plan in (memory, speed):
+        (laptop,) = [h for h in plan["speed"]["hosts"] if h["name"] == LAPTOP]
+        cpu_layers = sum(d["layers"] for d in laptop["devices"] if d["name"] == "CPU")
+        assert laptop.get("cap_ms", 0.0) == pytest.approx(cpu_layers * 4.0 / 0.5, abs=1e-3)
+    assert "cap_ms" not in next(h for h in memory["speed"]["hosts"] if h["name"] == LAPTOP)
+    assert next(h for h in speed["speed"]["hosts"] if h["name"] == LAPTOP)["cap_ms"] > 0
