@@ -500,6 +500,66 @@ def _layers_text(plan_host: Mapping[str, object]) -> str:
     return text
 
 
+# llama.cpp's buffer report as llama-server logs it when it loads the model, e.g.
+#   load_tensors:   RPC0[10.90.0.3:50052] model buffer size =    20.31 MiB
+#   llama_kv_cache:        CPU KV buffer size =    24.00 MiB
+#   llama_context:   RPC0[10.90.0.3:50052] compute buffer size =    12.88 MiB
+# (a worker's buffers are named by its --rpc endpoint; the head's are CPU, CPU_Mapped, ...).
+BUFFER_LINE = re.compile(
+    r"(?:load_tensors|llama_kv_cache\w*|llama_context|sched_reserve):\s+(\S+)\s+"
+    r"(model|KV|compute|output) buffer size\s*=\s*([0-9.]+) MiB"
+)
+RPC_BUFFER_NAME = re.compile(r"^RPC\d+\[([^\]]+)\]")
+BUFFER_KINDS = ("model", "KV", "compute", "output")
+
+
+def parse_buffer_report(log_text: str) -> Dict[str, Dict[str, float]]:
+    """Buffer name -> kind -> MiB of the last model load in llama-server's log.
+
+    A load logs its model buffers, then KV and compute: a model buffer after a KV or compute
+    one starts a newer load (the supervisor restarts llama-server on another placement), and
+    only the last one is kept.
+    """
+    loads = []  # type: List[Dict[str, Dict[str, float]]]
+    after_model = True
+    for line in log_text.splitlines():
+        found = BUFFER_LINE.search(line)
+        if not found:
+            continue
+        name, kind, mib = found.group(1), found.group(2), float(found.group(3))
+        if not loads or (kind == "model" and not after_model):
+            loads.append({})
+        after_model = kind == "model"
+        per_kind = loads[-1].setdefault(name, {})
+        per_kind[kind] = round(per_kind.get(kind, 0.0) + mib, 2)
+    return loads[-1] if loads else {}
+
+
+def buffers_of_host(
+    buffers: Mapping[str, Mapping[str, float]], plan_host: Mapping[str, object]
+) -> Dict[str, float]:
+    """The MiB per kind the head's log shows on this plan host: a worker's RPC buffers named by
+    its endpoint, the head's own (every buffer that is not an RPC one)."""
+    endpoint = plan_host.get("endpoint")
+    total = {}  # type: Dict[str, float]
+    for name, kinds in buffers.items():
+        rpc = RPC_BUFFER_NAME.match(name)
+        if plan_host.get("role") == "head":
+            mine = rpc is None
+        else:
+            mine = rpc is not None and bool(endpoint) and rpc.group(1) == str(endpoint)
+        if mine:
+            for kind, mib in kinds.items():
+                total[kind] = round(total.get(kind, 0.0) + mib, 2)
+    return total
+
+
+def _buffers_text(buffers: Mapping[str, float]) -> str:
+    if not buffers:
+        return "-"
+    return "/".join("%.1f" % buffers.get(kind, 0.0) for kind in ("model", "KV", "compute"))
+
+
 def report(
     plan: Mapping[str, object],
     samples: Mapping[str, Sequence[Mapping[str, object]]],
@@ -508,6 +568,8 @@ def report(
     elapsed: Optional[float] = None,
     min_cpu_seconds: float = 0.01,
     min_bytes: int = 1024,
+    builds: Optional[Mapping[str, str]] = None,
+    server_log: Optional[str] = None,
 ) -> Dict[str, object]:
     """The per-host verify table and the failures it shows.
 
@@ -518,10 +580,14 @@ def report(
     ``elapsed`` its wall time (for servers without ``timings``, as vLLM). A worker that holds layers fails when its unit was not
     running, used less than ``min_cpu_seconds`` of CPU during the request, or moved fewer than
     ``min_bytes`` more bytes (rx + tx) during the request than during the idle window.
+    ``builds`` maps a host to its installed llama.cpp flavour and ``server_log`` is the head's
+    llama-server log, whose buffer report (:func:`parse_buffer_report`) each row shows for its
+    host; a sample's ``machine`` is the host's ``uname -m``.
     """
     plan_hosts = plan.get("hosts")
     if not isinstance(plan_hosts, list) or not plan_hosts:
         raise UsageError("the plan has no list 'hosts'")
+    buffers = parse_buffer_report(server_log or "")
     by_name = {str(h.get("name")): h for h in plan_hosts}
     order = [str(h.get("name")) for h in plan_hosts] + sorted(set(samples) - set(by_name))
     rows = []  # type: List[Dict[str, object]]
@@ -536,6 +602,8 @@ def report(
             "layers": _layers_text(plan_host),
             "holds_layers": role != "unused" and holds_layers(plan_host),
             "unit": unit,
+            "build": (builds or {}).get(name),
+            "buffers_mib": buffers_of_host(buffers, plan_host) if role != "unused" else {},
         }  # type: Dict[str, object]
         predicted = plan_host.get("predicted_mib") or {}
         row["planned_mib"] = predicted.get("total") if isinstance(predicted, dict) else None
@@ -547,6 +615,7 @@ def report(
                 failures.append("%s: no usage samples (unreachable?)" % name)
             continue
         row["sampled"] = True
+        row["machine"] = host_samples[2].get("machine")
         idle = delta(host_samples[0], host_samples[1])
         request = delta(host_samples[1], host_samples[2])
         row.update(
@@ -682,9 +751,17 @@ def render_table(rows: Sequence[Mapping[str, object]], tokens: Mapping[str, obje
         "peak MiB",
         "plan MiB",
         "peak/plan",
+        "arch",
+        "build",
+        "buffers MiB model/KV/compute",
     )
     lines = [header]
     for row in rows:
+        described = (
+            _fmt(row.get("machine")),
+            _fmt(row.get("build")),
+            _buffers_text(row.get("buffers_mib") or {}),  # type: ignore[arg-type]
+        )
         if not row.get("sampled"):
             lines.append(
                 (str(row["host"]), str(row["role"]), str(row["layers"]))
@@ -693,6 +770,7 @@ def render_table(rows: Sequence[Mapping[str, object]], tokens: Mapping[str, obje
                     _fmt(row.get("planned_mib"), "%.1f"),
                     "-",
                 )
+                + described
             )
             continue
         lines.append(
@@ -711,6 +789,7 @@ def render_table(rows: Sequence[Mapping[str, object]], tokens: Mapping[str, obje
                 _fmt(row.get("peak_mib"), "%.1f"),
                 _fmt(row.get("planned_mib"), "%.1f"),
                 _fmt(row.get("used_vs_plan")),
+                *described,
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
