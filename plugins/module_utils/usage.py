@@ -560,6 +560,129 @@ def _buffers_text(buffers: Mapping[str, float]) -> str:
     return "/".join("%.1f" % buffers.get(kind, 0.0) for kind in ("model", "KV", "compute"))
 
 
+# The band a device's reported buffers must fall in around the plan's prediction (issue #32):
+# [-5 %, +15 % + 16 MiB] of its predicted model + KV + compute MiB.
+DEVICE_BAND_LOW = 0.05
+DEVICE_BAND_HIGH = 0.15
+DEVICE_BAND_SLACK_MIB = 16.0
+
+
+def device_buffers(
+    plan: Mapping[str, object], buffers: Mapping[str, Mapping[str, float]]
+) -> Tuple[List[Dict[str, object]], List[str]]:
+    """Each planned device's buffers from the head's report against the plan's prediction.
+
+    A device is found by its ``report_name`` (plan.json version 2): ``CPU`` and ``Vulkan0`` on the
+    head, ``RPC<i>[<endpoint>]`` for a worker's. The head's host-side buffers that no device of
+    the plan is named after (``CPU_Mapped``, ``CPU_REPACK``, ``Vulkan_Host``, ``CUDA_Host``: the
+    weights llama.cpp keeps in the head's RAM, its pinned staging memory) are the head's CPU's;
+    an RPC buffer of no planned device is a failure. Reported MiB: model + KV + compute + output
+    (the logits buffer, on the head's CPU). Without a buffer report (no log read) or without
+    devices in the plan (version 1), nothing is checked.
+    """
+    hosts = plan.get("hosts")
+    if not buffers or not isinstance(hosts, list):
+        return [], []
+    devices = []  # type: List[Tuple[str, Mapping[str, object]]]
+    for h in hosts:
+        for d in (h.get("devices") or []) if isinstance(h, Mapping) else []:
+            if isinstance(d, Mapping):
+                devices.append((str(h.get("name")), d))
+    if not devices:
+        return [], []
+    named = {str(d.get("report_name") or d.get("name")): i for i, (_host, d) in enumerate(devices)}
+    head_cpu = next(
+        (
+            named[str(d.get("report_name") or d.get("name"))]
+            for host, d in devices
+            if host == str(plan.get("head")) and d.get("backend", "cpu") == "cpu"
+        ),
+        None,
+    )
+    reported = {}  # type: Dict[int, Dict[str, float]]
+    failures = []  # type: List[str]
+    for name, kinds in buffers.items():
+        if name in named:
+            index = named[name]  # type: Optional[int]
+        elif RPC_BUFFER_NAME.match(name):
+            failures.append(
+                "%s: buffers on a device the plan does not have (%s MiB)" % (name, _kinds_text(kinds))
+            )
+            continue
+        else:
+            index = head_cpu
+        if index is None:
+            failures.append("%s: a head buffer but the plan's head has no CPU device" % name)
+            continue
+        total = reported.setdefault(index, {})
+        for kind, mib in kinds.items():
+            total[kind] = round(total.get(kind, 0.0) + float(mib), 2)
+    rows = []  # type: List[Dict[str, object]]
+    for i, (host, d) in enumerate(devices):
+        predicted = d.get("predicted_mib") or {}
+        planned = float(predicted.get("total") or 0.0) if isinstance(predicted, Mapping) else 0.0
+        got = reported.get(i)
+        layers = d.get("layers") or [0, 0]
+        has_layers = isinstance(layers, (list, tuple)) and len(layers) == 2 and layers[1] > layers[0]
+        low = planned * (1 - DEVICE_BAND_LOW)
+        high = planned * (1 + DEVICE_BAND_HIGH) + DEVICE_BAND_SLACK_MIB
+        total = round(sum(got.values()), 2) if got else None
+        row = {
+            "host": host,
+            "device": str(d.get("name")),
+            "report_name": str(d.get("report_name") or d.get("name")),
+            "layers": list(layers) if isinstance(layers, (list, tuple)) else layers,
+            "reported_mib": dict(got) if got else {},
+            "reported_total_mib": total,
+            "predicted_mib": planned,
+            "band_mib": [round(low, 2), round(high, 2)],
+            "ok": total is not None and low <= total <= high,
+        }  # type: Dict[str, object]
+        if total is None:
+            if has_layers or planned > DEVICE_BAND_SLACK_MIB:
+                failures.append(
+                    "%s device %s (%s): no buffers in llama-server's report, the plan predicts %.1f MiB"
+                    % (host, row["device"], row["report_name"], planned)
+                )
+            else:
+                row["ok"] = True  # nothing planned, nothing reported
+        elif not row["ok"]:
+            failures.append(
+                "%s device %s (%s): llama.cpp reports %.1f MiB (%s), the plan predicts %.1f MiB: "
+                "outside [%.1f, %.1f]"
+                % (host, row["device"], row["report_name"], total, _kinds_text(got or {}), planned, low, high)
+            )
+        rows.append(row)
+    return rows, failures
+
+
+def _kinds_text(kinds: Mapping[str, float]) -> str:
+    return " + ".join("%s %.2f" % (k, float(v)) for k, v in sorted(kinds.items()) if float(v)) or "0"
+
+
+def render_device_table(rows: Sequence[Mapping[str, object]]) -> str:
+    """The per-device table: llama.cpp's buffer report against the plan's prediction."""
+    header = ("host", "device", "report name", "layers", "reported MiB", "predicted MiB", "band MiB", "ok")
+    lines = [header]
+    for row in rows:
+        layers = row.get("layers") or [0, 0]
+        band = row.get("band_mib") or [0, 0]
+        lines.append(
+            (
+                str(row["host"]),
+                str(row["device"]),
+                str(row["report_name"]),
+                "%s-%s" % (layers[0], layers[1] - 1) if layers[1] > layers[0] else "-",  # type: ignore[index,operator]
+                _fmt(row.get("reported_total_mib"), "%.1f"),
+                _fmt(row.get("predicted_mib"), "%.1f"),
+                "%.1f-%.1f" % (band[0], band[1]),  # type: ignore[index]
+                "yes" if row.get("ok") else "NO",
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+
+
 def report(
     plan: Mapping[str, object],
     samples: Mapping[str, Sequence[Mapping[str, object]]],
@@ -672,9 +795,15 @@ def report(
         elif role == "head" and not row["unit_active"]:
             failures.append("%s: %s is not running on the head" % (name, unit))
         rows.append(row)
-    result = {"rows": rows, "failures": failures}  # type: Dict[str, object]
+    device_rows, device_failures = device_buffers(plan, buffers)
+    failures.extend(device_failures)
+    result = {"rows": rows, "failures": failures, "devices": device_rows}  # type: Dict[str, object]
     result["tokens"] = tokens_from_response(response, elapsed)
     result["text"] = render_table(rows, result["tokens"])  # type: ignore[arg-type]
+    if device_rows:
+        result["text"] += "\n\nllama.cpp's buffers per device against the plan:\n" + render_device_table(
+            device_rows
+        )
     return result
 
 
