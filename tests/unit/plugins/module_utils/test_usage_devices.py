@@ -100,7 +100,34 @@ def test_a_wrong_attribution_fails_naming_the_device_and_the_figures() -> None:
     rows, failures = usage.device_buffers(plan_for(case, swap=True), buffers(case))
     assert [r["ok"] for r in rows] == [True, False, False]
     assert failures[0].startswith(f"w device Vulkan0 (RPC1[{EP}]): llama.cpp reports 102.3 MiB")
-    assert "outside [" in failures[0]
+    assert "outside the goal [97.2, 133.7]" in failures[0]
+
+
+@pytest.mark.parametrize(
+    ("planned", "ok"), [(100.0, True), (95.0, True), (94.0, False), (131.0, True), (132.0, False)]
+)
+def test_the_goal_is_on_the_prediction_never_under_by_more_than_5_percent(planned, ok) -> None:
+    """report 100 MiB: the prediction must be in [95, 131] (100 x 0.95, 100 x 1.15 + 16)."""
+    plan = {
+        "head": "head",
+        "hosts": [
+            {
+                "name": "head",
+                "role": "head",
+                "devices": [
+                    {
+                        "name": "CPU",
+                        "report_name": "CPU",
+                        "backend": "cpu",
+                        "layers": [0, 4],
+                        "predicted_mib": {"total": planned},
+                    }
+                ],
+            }
+        ],
+    }
+    rows, failures = usage.device_buffers(plan, {"CPU": {"model": 80.0, "KV": 12.0, "compute": 8.0}})
+    assert rows[0]["ok"] is ok and bool(failures) is not ok
 
 
 def test_a_buffer_on_an_unplanned_rpc_device_and_a_silent_device_fail() -> None:
