@@ -44,9 +44,9 @@ export ANSIBLE_FORCE_COLOR := 0
 export ANSIBLE_NOCOLOR := 1
 export NO_COLOR := 1
 
-.PHONY: help venv link host-setup images test-artifacts vllm-artifacts vulkan-artifacts arm64-artifacts setup lint unit \
+.PHONY: help venv link host-setup images test-artifacts vllm-artifacts vulkan-artifacts arm64-artifacts arm64-images setup lint unit \
         docs-check manifests \
-        build-check browser molecule demo-check demo-tune-check test demo demo-down requirements clean clean-cache \
+        build-check browser molecule demo-check demo-mixed-check demo-tune-check test demo demo-down requirements clean clean-cache \
         sanity docs docs-lint galaxy-check gates
 
 help:
@@ -55,10 +55,12 @@ help:
 	@echo "make test       every check: lint, unit, docs, the ecosystem's gates, manifests, build, molecule"
 	@echo "parts: make lint | unit | docs-check | manifests | build-check | browser | molecule [SCENARIO=name]"
 	@echo "       make demo-check (the demo end to end: site.yml, verify, the chat page in a browser)"
+	@echo "       make demo-mixed-check (inventories/demo-mixed: an arm64 worker under qemu-user beside x86_64 hosts)"
 	@echo "       make demo-tune-check (demo-uneven up, then the README's tune.yml line on it)"
 	@echo "       make test-artifacts | vllm-artifacts | images | venv | setup (all of them)"
 	@echo "       make vulkan-artifacts (llama.cpp's Vulkan flavour: .cache/llama.cpp-vulkan, .cache/dist-vulkan)"
 	@echo "       make arm64-artifacts (llama.cpp cross-built for arm64: .cache/llama.cpp-arm64, .cache/dist-arm64)"
+	@echo "       make arm64-images (the arm64 host image under qemu-user: localhost/llmfleet-host:bookworm-arm64)"
 	@echo "       make clean-cache (empty the machine's artifact cache $(LLMFLEET_CACHE))"
 	@echo "the ecosystem's gates: make sanity [SANITY='--test pep8'] | docs | docs-lint | galaxy-check"
 	@echo "       make gates (the three, each skipped while its inputs are unchanged; GATES_FORCE=1)"
@@ -97,6 +99,12 @@ vulkan-artifacts: venv host-setup
 # priority (scripts/build-llama-cpp.sh arm64; docs/testing.md). Not part of `make test`.
 arm64-artifacts: venv host-setup
 	@PY=$(VENV)/bin/python nice -n 19 bash scripts/build-llama-cpp.sh arm64
+
+# The arm64 test-host image (scripts/build-host-image.sh arm64: debootstrap --arch=arm64 under
+# qemu-user, localhost/llmfleet-host:bookworm-arm64), its own cache entry, at the lowest CPU
+# priority. Only when asked (the mixed demo fleet, inventories/demo-mixed): not in `make setup`.
+arm64-images: host-setup
+	@nice -n 19 bash scripts/build-host-image.sh arm64
 
 # Everything `make test` needs built, the vLLM venv beside the llama.cpp build.
 setup: venv link host-setup images
@@ -137,6 +145,13 @@ molecule: venv link images test-artifacts $(if $(SCENARIO),$(if $(filter vllm_lw
 demo-check: venv link host-setup images test-artifacts
 	@bash scripts/demo-check.sh $(DEMO_INVENTORY)
 
+# The mixed fleet (inventories/demo-mixed: an x86_64 head and worker, an arm64 worker under
+# qemu-user) end to end: site.yml ending in verify.yml, then each host's uname -m, installed
+# flavour and llama.cpp buffers checked in verify's table; removed afterwards unless running before.
+DEMO_MIXED_INVENTORY ?= inventories/demo-mixed
+demo-mixed-check: venv link host-setup images test-artifacts arm64-images arm64-artifacts
+	@bash scripts/demo-mixed-check.sh $(DEMO_MIXED_INVENTORY)
+
 # The demo fleet as the user's playground: make demo, then the README's tune.yml line on it as
 # printed (it measures through the fleet's TLS front, decides and says so); removed afterwards
 # unless it was running before. DEMO_TUNE_INVENTORY: inventories/demo-uneven by default.
@@ -174,12 +189,16 @@ gates: venv link host-setup
 	@bash scripts/gate-cache.sh galaxy-check $(GALAXY_CHECK_INPUTS) -- $(MAKE) --no-print-directory galaxy-check
 
 # Every part in order (setup, lint, unit, docs-check, gates, manifests, build-check, browser,
-# molecule, demo-check), stopping at the first that fails, then each part's seconds
+# molecule, demo-check, demo-mixed-check), stopping at the first that fails, then each part's seconds
 # (scripts/make-test.sh; also in .cache/make-test-times.txt).
 test:
 	@MAKE="$(MAKE)" bash scripts/make-test.sh
 
-demo: venv link images test-artifacts
+# An inventory with an arm64 host (demo_podman.arch: arm64, as inventories/demo-mixed) also needs the
+# arm64 image and llama.cpp's ubuntu-arm64 build (each from the artifact cache when built before).
+demo_arm64 = $(if $(shell grep -rls 'arch: arm64' $(1) 2>/dev/null),arm64-images arm64-artifacts)
+
+demo: venv link images test-artifacts $(call demo_arm64,$(DEMO_INVENTORY))
 	@bash scripts/demo.sh up $(DEMO_INVENTORY)
 
 demo-down: venv link

@@ -6,7 +6,9 @@ pinned Vulkan build with Mesa's lavapipe as the Vulkan device: one ``ggml-rpc-se
 worker's devices>`` and llama-server with the plan's exact arguments (``--rpc ... --device ...
 --tensor-split ... -ngl ...``). It then compares, per device, the layers llama.cpp assigned
 (``layer N assigned to device X``) and the names its buffer report prints with the plan's
-``layers``, ``output_layer`` and ``report_name``, and asks for one completion. Exit 1 on any
+``layers``, ``output_layer`` and ``report_name``, asks for one completion, and runs verify's own
+per-device check (usage.device_buffers: each device's buffers within [-5 %, +15 % + 16 MiB] of
+the plan's prediction). Exit 1 on any
 mismatch.
 
     python bench/device_split.py [--bin DIR] [--model FILE]
@@ -32,6 +34,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 
+from ansible_collections.llmfleet.cluster.plugins.module_utils import usage
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement
 
@@ -177,7 +180,12 @@ def run_case(bin_dir: str, model: str, head_gpu: bool, tmp: str) -> list[str]:
             )
             if not ok:
                 problems.append(f"{row['name']} {dev['name']}: planned {want}, llama.cpp {got}")
-    return problems
+    # verify's own per-device check: llama.cpp's buffers against the plan's prediction
+    rows, failures = usage.device_buffers(
+        {"head": plan["hosts"][0]["name"], "hosts": plan["hosts"]}, usage.parse_buffer_report(report)
+    )
+    print(usage.render_device_table(rows))
+    return problems + failures
 
 
 def main() -> int:

@@ -70,10 +70,16 @@ print("chat_user", any_vars.get("chat_ui_username", "llmfleet"))
 # The model file the fleet downloads from the mirror: the last part of llmfleet_model.url.
 model_url = str((any_vars.get("llmfleet_model") or {}).get("url", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 print("model_file", model_url.rstrip("/").rsplit("/", 1)[-1])
+# demo_podman.arch (e.g. arm64): the host runs that architecture's image (demo_images[arch]) with
+# podman --arch, under qemu-user on another machine; none: demo_image, the machine's own.
+images = any_vars.get("demo_images") or {}
 for name in heads + workers:
     pod = hv[name].get("demo_podman") or {}
+    arch = str(pod.get("arch") or "-")
+    if arch != "-" and not images.get(arch):
+        sys.exit(f"demo: {name} has demo_podman.arch {arch} but demo_images has no image for it (got {sorted(images)})")
     print("host", name, pod.get("memory", "512m"), pod.get("cpus", 1), pod.get("rate") or "-",
-          pod.get("cpu_shares") or "-")
+          pod.get("cpu_shares") or "-", arch, images.get(arch) or any_vars.get("demo_image", "localhost/llmfleet-host:bookworm"))
 EOF
 )
 get() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' <<<"$spec"; }
@@ -130,11 +136,15 @@ if ! podman network exists "$net_name"; then
   echo "demo: created network $net_name ($net_subnet)"
 fi
 for line in "${host_lines[@]}"; do
-  read -r name memory cpus rate shares <<<"$line"
+  read -r name memory cpus rate shares arch host_image <<<"$line"
   # demo_podman.cpu_shares: the host's CPU weight against every other process of the machine
   # (default 1024), so that a host of "1 CPU" gets it while the machine is shared; "-": default.
   weight=()
   [[ -z $shares || $shares == - ]] || weight=(--cpu-shares "$shares")
+  # demo_podman.arch: another architecture's image, run through qemu-user (binfmt_misc, registered
+  # by scripts/host-setup.sh); "-": the machine's own.
+  platform=()
+  [[ $arch == - ]] || platform=(--arch "$arch")
   if podman container exists "$name"; then
     podman start "$name" >/dev/null
     [[ ${#weight[@]} -eq 0 ]] || podman update "${weight[@]}" "$name" >/dev/null
@@ -144,9 +154,9 @@ for line in "${host_lines[@]}"; do
   # NET_ADMIN: the role manages an nftables table inside the host (its firewall) and the
   # WireGuard interface; /dev/net/tun: wireguard-go's (this kernel has no WireGuard module).
   podman run -d --name "$name" --hostname "$name" --network "$net_name" --systemd always \
-    --memory "$memory" --memory-swap "$memory" --cpus "$cpus" "${weight[@]}" --cap-add NET_ADMIN \
-    --device /dev/net/tun "$image" /sbin/init >/dev/null
-  echo "demo: started host $name (memory $memory, cpus $cpus)"
+    --memory "$memory" --memory-swap "$memory" --cpus "$cpus" "${weight[@]}" "${platform[@]}" --cap-add NET_ADMIN \
+    --device /dev/net/tun "$host_image" /sbin/init >/dev/null
+  echo "demo: started host $name (memory $memory, cpus $cpus${platform[*]:+, ${platform[*]}})"
   shape_link "$name" "$rate"
 done
 for line in "${host_lines[@]}"; do
@@ -158,12 +168,16 @@ for line in "${host_lines[@]}"; do
   done
 done
 
-# 2. The mirror: the pinned artifacts on the network's gateway (hard links, no copies).
+# 2. The mirror: the pinned artifacts on the network's gateway (hard links, no copies): the x86_64
+# release tarball and the source, the ubuntu-arm64 one (make arm64-artifacts) when a host is arm64.
 mkdir -p "$state/mirror"
-for f in "$CACHE"/dist/llama-*-bin-ubuntu-x64.tar.gz "$CACHE"/dist/llama.cpp-*-src.tar.gz \
-  "$CACHE/models/$model_file"; do
+mirrored=("$CACHE"/dist/llama-*-bin-ubuntu-x64.tar.gz "$CACHE"/dist/llama.cpp-*-src.tar.gz "$CACHE/models/$model_file")
+if grep -q '^host .* arm64 [^ ]*$' <<<"$spec"; then
+  mirrored+=("$CACHE"/dist-arm64/llama-*-bin-ubuntu-arm64.tar.gz)
+fi
+for f in "${mirrored[@]}"; do
   [[ -f $f ]] || {
-    echo "demo: missing $f (run make test-artifacts)" >&2
+    echo "demo: missing $f (run make test-artifacts; for an arm64 host make arm64-artifacts)" >&2
     exit 1
   }
   ln -f "$f" "$state/mirror/" 2>/dev/null || cp -f "$f" "$state/mirror/"

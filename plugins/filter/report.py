@@ -21,7 +21,17 @@ from ansible_collections.llmfleet.cluster.plugins.module_utils.monitoring import
 )
 
 
-def verify_report(samples, plan, units, response=None, elapsed=None, min_cpu_seconds=0.01, min_bytes=1024):
+def verify_report(
+    samples,
+    plan,
+    units,
+    response=None,
+    elapsed=None,
+    min_cpu_seconds=0.01,
+    min_bytes=1024,
+    builds=None,
+    server_log=None,
+):
     try:
         return _usage.report(
             plan,
@@ -31,6 +41,8 @@ def verify_report(samples, plan, units, response=None, elapsed=None, min_cpu_sec
             elapsed=float(elapsed) if elapsed is not None else None,
             min_cpu_seconds=float(min_cpu_seconds),
             min_bytes=int(min_bytes),
+            builds=dict(builds or {}),
+            server_log=str(server_log or ""),
         )
     except _usage.UsageError as exc:
         raise AnsibleFilterError("verify_report: {0}".format(exc)) from exc

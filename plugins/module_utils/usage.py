@@ -500,6 +500,190 @@ def _layers_text(plan_host: Mapping[str, object]) -> str:
     return text
 
 
+# llama.cpp's buffer report as llama-server logs it when it loads the model, e.g.
+#   load_tensors:   RPC0[10.90.0.3:50052] model buffer size =    20.31 MiB
+#   llama_kv_cache:        CPU KV buffer size =    24.00 MiB
+#   llama_context:   RPC0[10.90.0.3:50052] compute buffer size =    12.88 MiB
+# (a worker's buffers are named by its --rpc endpoint; the head's are CPU, CPU_Mapped, ...).
+BUFFER_LINE = re.compile(
+    r"(?:load_tensors|llama_kv_cache\w*|llama_context|sched_reserve):\s+(\S+)\s+"
+    r"(model|KV|compute|output) buffer size\s*=\s*([0-9.]+) MiB"
+)
+RPC_BUFFER_NAME = re.compile(r"^RPC\d+\[([^\]]+)\]")
+BUFFER_KINDS = ("model", "KV", "compute", "output")
+
+
+def parse_buffer_report(log_text: str) -> Dict[str, Dict[str, float]]:
+    """Buffer name -> kind -> MiB of the last model load in llama-server's log.
+
+    A load logs its model buffers, then KV and compute: a model buffer after a KV or compute
+    one starts a newer load (the supervisor restarts llama-server on another placement), and
+    only the last one is kept.
+    """
+    loads = []  # type: List[Dict[str, Dict[str, float]]]
+    after_model = True
+    for line in log_text.splitlines():
+        found = BUFFER_LINE.search(line)
+        if not found:
+            continue
+        name, kind, mib = found.group(1), found.group(2), float(found.group(3))
+        if not loads or (kind == "model" and not after_model):
+            loads.append({})
+        after_model = kind == "model"
+        per_kind = loads[-1].setdefault(name, {})
+        per_kind[kind] = round(per_kind.get(kind, 0.0) + mib, 2)
+    return loads[-1] if loads else {}
+
+
+def buffers_of_host(
+    buffers: Mapping[str, Mapping[str, float]], plan_host: Mapping[str, object]
+) -> Dict[str, float]:
+    """The MiB per kind the head's log shows on this plan host: a worker's RPC buffers named by
+    its endpoint, the head's own (every buffer that is not an RPC one)."""
+    endpoint = plan_host.get("endpoint")
+    total = {}  # type: Dict[str, float]
+    for name, kinds in buffers.items():
+        rpc = RPC_BUFFER_NAME.match(name)
+        if plan_host.get("role") == "head":
+            mine = rpc is None
+        else:
+            mine = rpc is not None and bool(endpoint) and rpc.group(1) == str(endpoint)
+        if mine:
+            for kind, mib in kinds.items():
+                total[kind] = round(total.get(kind, 0.0) + mib, 2)
+    return total
+
+
+def _buffers_text(buffers: Mapping[str, float]) -> str:
+    if not buffers:
+        return "-"
+    return "/".join("%.1f" % buffers.get(kind, 0.0) for kind in ("model", "KV", "compute"))
+
+
+# The goal a device's prediction must meet against llama.cpp's report (issue #32, the same goal as
+# bench/planner_accuracy.py's): never below the report by more than 5 %, never above it by more
+# than 15 % + 16 MiB (reported x 0.95 <= predicted <= reported x 1.15 + 16).
+DEVICE_BAND_LOW = 0.05
+DEVICE_BAND_HIGH = 0.15
+DEVICE_BAND_SLACK_MIB = 16.0
+
+
+def device_buffers(
+    plan: Mapping[str, object], buffers: Mapping[str, Mapping[str, float]]
+) -> Tuple[List[Dict[str, object]], List[str]]:
+    """Each planned device's buffers from the head's report against the plan's prediction.
+
+    A device is found by its ``report_name`` (plan.json version 2): ``CPU`` and ``Vulkan0`` on the
+    head, ``RPC<i>[<endpoint>]`` for a worker's. The head's host-side buffers that no device of
+    the plan is named after (``CPU_Mapped``, ``CPU_REPACK``, ``Vulkan_Host``, ``CUDA_Host``: the
+    weights llama.cpp keeps in the head's RAM, its pinned staging memory) are the head's CPU's;
+    an RPC buffer of no planned device is a failure. Reported MiB: model + KV + compute + output
+    (the logits buffer, on the head's CPU). Without a buffer report (no log read) or without
+    devices in the plan (version 1), nothing is checked.
+    """
+    hosts = plan.get("hosts")
+    if not buffers or not isinstance(hosts, list):
+        return [], []
+    devices = []  # type: List[Tuple[str, Mapping[str, object]]]
+    for h in hosts:
+        for d in (h.get("devices") or []) if isinstance(h, Mapping) else []:
+            if isinstance(d, Mapping):
+                devices.append((str(h.get("name")), d))
+    if not devices:
+        return [], []
+    named = {str(d.get("report_name") or d.get("name")): i for i, (_host, d) in enumerate(devices)}
+    head_cpu = next(
+        (
+            named[str(d.get("report_name") or d.get("name"))]
+            for host, d in devices
+            if host == str(plan.get("head")) and d.get("backend", "cpu") == "cpu"
+        ),
+        None,
+    )
+    reported = {}  # type: Dict[int, Dict[str, float]]
+    failures = []  # type: List[str]
+    for name, kinds in buffers.items():
+        if name in named:
+            index = named[name]  # type: Optional[int]
+        elif RPC_BUFFER_NAME.match(name):
+            failures.append(
+                "%s: buffers on a device the plan does not have (%s MiB)" % (name, _kinds_text(kinds))
+            )
+            continue
+        else:
+            index = head_cpu
+        if index is None:
+            failures.append("%s: a head buffer but the plan's head has no CPU device" % name)
+            continue
+        total = reported.setdefault(index, {})
+        for kind, mib in kinds.items():
+            total[kind] = round(total.get(kind, 0.0) + float(mib), 2)
+    rows = []  # type: List[Dict[str, object]]
+    for i, (host, d) in enumerate(devices):
+        predicted = d.get("predicted_mib") or {}
+        planned = float(predicted.get("total") or 0.0) if isinstance(predicted, Mapping) else 0.0
+        got = reported.get(i)
+        layers = d.get("layers") or [0, 0]
+        has_layers = isinstance(layers, (list, tuple)) and len(layers) == 2 and layers[1] > layers[0]
+        total = round(sum(got.values()), 2) if got else None
+        low = (total or 0.0) * (1 - DEVICE_BAND_LOW)
+        high = (total or 0.0) * (1 + DEVICE_BAND_HIGH) + DEVICE_BAND_SLACK_MIB
+        row = {
+            "host": host,
+            "device": str(d.get("name")),
+            "report_name": str(d.get("report_name") or d.get("name")),
+            "layers": list(layers) if isinstance(layers, (list, tuple)) else layers,
+            "reported_mib": dict(got) if got else {},
+            "reported_total_mib": total,
+            "predicted_mib": planned,
+            "goal_mib": [round(low, 2), round(high, 2)],
+            "ok": total is not None and low <= planned <= high,
+        }  # type: Dict[str, object]
+        if total is None:
+            if has_layers or planned > DEVICE_BAND_SLACK_MIB:
+                failures.append(
+                    "%s device %s (%s): no buffers in llama-server's report, the plan predicts %.1f MiB"
+                    % (host, row["device"], row["report_name"], planned)
+                )
+            else:
+                row["ok"] = True  # nothing planned, nothing reported
+        elif not row["ok"]:
+            failures.append(
+                "%s device %s (%s): llama.cpp reports %.1f MiB (%s), the plan predicts %.1f MiB: "
+                "outside the goal [%.1f, %.1f] (95 %% of the report to 115 %% + 16 MiB)"
+                % (host, row["device"], row["report_name"], total, _kinds_text(got or {}), planned, low, high)
+            )
+        rows.append(row)
+    return rows, failures
+
+
+def _kinds_text(kinds: Mapping[str, float]) -> str:
+    return " + ".join("%s %.2f" % (k, float(v)) for k, v in sorted(kinds.items()) if float(v)) or "0"
+
+
+def render_device_table(rows: Sequence[Mapping[str, object]]) -> str:
+    """The per-device table: llama.cpp's buffer report against the plan's prediction."""
+    header = ("host", "device", "report name", "layers", "reported MiB", "predicted MiB", "goal MiB", "ok")
+    lines = [header]
+    for row in rows:
+        layers = row.get("layers") or [0, 0]
+        band = row.get("goal_mib") or [0, 0]
+        lines.append(
+            (
+                str(row["host"]),
+                str(row["device"]),
+                str(row["report_name"]),
+                "%s-%s" % (layers[0], layers[1] - 1) if layers[1] > layers[0] else "-",  # type: ignore[index,operator]
+                _fmt(row.get("reported_total_mib"), "%.1f"),
+                _fmt(row.get("predicted_mib"), "%.1f"),
+                "%.1f-%.1f" % (band[0], band[1]),  # type: ignore[index]
+                "yes" if row.get("ok") else "NO",
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+
+
 def report(
     plan: Mapping[str, object],
     samples: Mapping[str, Sequence[Mapping[str, object]]],
@@ -508,6 +692,8 @@ def report(
     elapsed: Optional[float] = None,
     min_cpu_seconds: float = 0.01,
     min_bytes: int = 1024,
+    builds: Optional[Mapping[str, str]] = None,
+    server_log: Optional[str] = None,
 ) -> Dict[str, object]:
     """The per-host verify table and the failures it shows.
 
@@ -518,10 +704,14 @@ def report(
     ``elapsed`` its wall time (for servers without ``timings``, as vLLM). A worker that holds layers fails when its unit was not
     running, used less than ``min_cpu_seconds`` of CPU during the request, or moved fewer than
     ``min_bytes`` more bytes (rx + tx) during the request than during the idle window.
+    ``builds`` maps a host to its installed llama.cpp flavour and ``server_log`` is the head's
+    llama-server log, whose buffer report (:func:`parse_buffer_report`) each row shows for its
+    host; a sample's ``machine`` is the host's ``uname -m``.
     """
     plan_hosts = plan.get("hosts")
     if not isinstance(plan_hosts, list) or not plan_hosts:
         raise UsageError("the plan has no list 'hosts'")
+    buffers = parse_buffer_report(server_log or "")
     by_name = {str(h.get("name")): h for h in plan_hosts}
     order = [str(h.get("name")) for h in plan_hosts] + sorted(set(samples) - set(by_name))
     rows = []  # type: List[Dict[str, object]]
@@ -536,6 +726,8 @@ def report(
             "layers": _layers_text(plan_host),
             "holds_layers": role != "unused" and holds_layers(plan_host),
             "unit": unit,
+            "build": (builds or {}).get(name),
+            "buffers_mib": buffers_of_host(buffers, plan_host) if role != "unused" else {},
         }  # type: Dict[str, object]
         predicted = plan_host.get("predicted_mib") or {}
         row["planned_mib"] = predicted.get("total") if isinstance(predicted, dict) else None
@@ -547,6 +739,7 @@ def report(
                 failures.append("%s: no usage samples (unreachable?)" % name)
             continue
         row["sampled"] = True
+        row["machine"] = host_samples[2].get("machine")
         idle = delta(host_samples[0], host_samples[1])
         request = delta(host_samples[1], host_samples[2])
         row.update(
@@ -603,9 +796,15 @@ def report(
         elif role == "head" and not row["unit_active"]:
             failures.append("%s: %s is not running on the head" % (name, unit))
         rows.append(row)
-    result = {"rows": rows, "failures": failures}  # type: Dict[str, object]
+    device_rows, device_failures = device_buffers(plan, buffers)
+    failures.extend(device_failures)
+    result = {"rows": rows, "failures": failures, "devices": device_rows}  # type: Dict[str, object]
     result["tokens"] = tokens_from_response(response, elapsed)
     result["text"] = render_table(rows, result["tokens"])  # type: ignore[arg-type]
+    if device_rows:
+        result["text"] += "\n\nllama.cpp's buffers per device against the plan:\n" + render_device_table(
+            device_rows
+        )
     return result
 
 
@@ -682,9 +881,17 @@ def render_table(rows: Sequence[Mapping[str, object]], tokens: Mapping[str, obje
         "peak MiB",
         "plan MiB",
         "peak/plan",
+        "arch",
+        "build",
+        "buffers MiB model/KV/compute",
     )
     lines = [header]
     for row in rows:
+        described = (
+            _fmt(row.get("machine")),
+            _fmt(row.get("build")),
+            _buffers_text(row.get("buffers_mib") or {}),  # type: ignore[arg-type]
+        )
         if not row.get("sampled"):
             lines.append(
                 (str(row["host"]), str(row["role"]), str(row["layers"]))
@@ -693,6 +900,7 @@ def render_table(rows: Sequence[Mapping[str, object]], tokens: Mapping[str, obje
                     _fmt(row.get("planned_mib"), "%.1f"),
                     "-",
                 )
+                + described
             )
             continue
         lines.append(
@@ -711,6 +919,7 @@ def render_table(rows: Sequence[Mapping[str, object]], tokens: Mapping[str, obje
                 _fmt(row.get("peak_mib"), "%.1f"),
                 _fmt(row.get("planned_mib"), "%.1f"),
                 _fmt(row.get("used_vs_plan")),
+                *described,
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]

@@ -89,6 +89,11 @@ usage:
     cpu_source:
       description: C(cgroup), or C(proc) when the busy time of C(/proc/stat) was used.
       type: str
+    machine:
+      description: >-
+        The host's architecture as C(uname -m) prints it (C(x86_64), C(aarch64)): the userland's,
+        which under qemu-user is the emulated one.
+      type: str
     memory_bytes:
       description: Memory charged to the host's cgroup (null on a bare cgroup v2 host, whose root has no counter).
       type: int
@@ -105,6 +110,7 @@ usage:
     cgroup_version: 1
     cpu_seconds: 0.853828
     cpu_source: cgroup
+    machine: x86_64
     memory_bytes: 71663616
     interfaces: {eth0: {rx_bytes: 2010, tx_bytes: 866}}
     units:
@@ -151,6 +157,7 @@ def main():
         )
     except UsageError as err:
         module.fail_json(msg="host_usage: %s" % err)
+    result["machine"] = os.uname()[4]
     module.exit_json(changed=False, usage=result)
 
 

@@ -1,0 +1,197 @@
+"""verify's per-device check: llama.cpp's own buffer report (recorded on the pinned Vulkan build
+with lavapipe, bench/vulkan_buffers-smollm2.json) against a plan's prediction per device."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ansible_collections.llmfleet.cluster.plugins.module_utils import usage
+
+ROOT = Path(__file__).resolve().parents[4]
+CASES = {
+    c["case"]: c for c in json.loads((ROOT / "bench" / "vulkan_buffers-smollm2.json").read_text())["cases"]
+}
+EP = "127.0.0.1:50300"
+
+
+def _total(predicted: dict) -> float:
+    return round(sum(predicted.values()), 2)
+
+
+def plan_for(case: dict, swap: bool = False) -> dict:
+    """A version 2 plan holding the bench's own prediction per device (the memory model's figures
+    recorded beside the report), the worker serving Vulkan0 then CPU as in the run."""
+    dev = {d["device"]: d for d in case["devices"]}
+    names = [f"RPC0[{EP}]", f"RPC1[{EP}]"]
+    if swap:
+        names.reverse()
+    return {
+        "version": 2,
+        "head": "head",
+        "workers": ["w"],
+        "hosts": [
+            {
+                "name": "head",
+                "role": "head",
+                "layers": [0, 0],
+                "devices": [
+                    {
+                        "name": "CPU",
+                        "report_name": "CPU",
+                        "backend": "cpu",
+                        "layers": [0, 0],
+                        "predicted_mib": {"total": _total(dev["CPU"]["predicted"])},
+                    },
+                ],
+            },
+            {
+                "name": "w",
+                "role": "worker",
+                "endpoint": EP,
+                "layers": [dev["RPC0"]["layers"][0], dev["RPC1"]["layers"][-1] + 1],
+                "devices": [
+                    {
+                        "name": "Vulkan0",
+                        "report_name": names[0],
+                        "backend": "vulkan",
+                        "layers": [dev["RPC0"]["layers"][0], dev["RPC0"]["layers"][-1] + 1],
+                        "predicted_mib": {"total": _total(dev["RPC0"]["predicted"])},
+                    },
+                    {
+                        "name": "CPU",
+                        "report_name": names[1],
+                        "backend": "cpu",
+                        "layers": [dev["RPC1"]["layers"][0], dev["RPC1"]["layers"][-1] + 1],
+                        "predicted_mib": {"total": _total(dev["RPC1"]["predicted"])},
+                    },
+                ],
+            },
+        ],
+    }
+
+
+def buffers(case: dict) -> dict:
+    return usage.parse_buffer_report("\n".join(case["report"]))
+
+
+@pytest.mark.parametrize(
+    "name", ["smollm2 rpc Vulkan0,CPU 1,3", "smollm2 rpc Vulkan0,CPU 3,1", "smollm2 rpc Vulkan0,CPU 1,1"]
+)
+def test_every_device_of_the_recorded_runs_is_within_the_band(name) -> None:
+    case = CASES[name]
+    rows, failures = usage.device_buffers(plan_for(case), buffers(case))
+    assert failures == []
+    assert [(r["host"], r["device"], r["ok"]) for r in rows] == [
+        ("head", "CPU", True),
+        ("w", "Vulkan0", True),
+        ("w", "CPU", True),
+    ]
+    # the head's CPU_Mapped weights and its logits buffer are the head CPU's
+    head = rows[0]["reported_mib"]
+    assert head["model"] == pytest.approx(28.69) and head["output"] == pytest.approx(0.19)
+    worker_vk = case["devices"][1]["reported"]
+    assert rows[1]["reported_total_mib"] == pytest.approx(sum(worker_vk.values()), abs=0.02)
+
+
+def test_a_wrong_attribution_fails_naming_the_device_and_the_figures() -> None:
+    case = CASES["smollm2 rpc Vulkan0,CPU 1,3"]
+    rows, failures = usage.device_buffers(plan_for(case, swap=True), buffers(case))
+    assert [r["ok"] for r in rows] == [True, False, False]
+    assert failures[0].startswith(f"w device Vulkan0 (RPC1[{EP}]): llama.cpp reports 102.3 MiB")
+    assert "outside the goal [97.2, 133.7]" in failures[0]
+
+
+@pytest.mark.parametrize(
+    ("planned", "ok"), [(100.0, True), (95.0, True), (94.0, False), (131.0, True), (132.0, False)]
+)
+def test_the_goal_is_on_the_prediction_never_under_by_more_than_5_percent(planned, ok) -> None:
+    """report 100 MiB: the prediction must be in [95, 131] (100 x 0.95, 100 x 1.15 + 16)."""
+    plan = {
+        "head": "head",
+        "hosts": [
+            {
+                "name": "head",
+                "role": "head",
+                "devices": [
+                    {
+                        "name": "CPU",
+                        "report_name": "CPU",
+                        "backend": "cpu",
+                        "layers": [0, 4],
+                        "predicted_mib": {"total": planned},
+                    }
+                ],
+            }
+        ],
+    }
+    rows, failures = usage.device_buffers(plan, {"CPU": {"model": 80.0, "KV": 12.0, "compute": 8.0}})
+    assert rows[0]["ok"] is ok and bool(failures) is not ok
+
+
+def test_a_buffer_on_an_unplanned_rpc_device_and_a_silent_device_fail() -> None:
+    case = CASES["smollm2 rpc Vulkan0,CPU 1,3"]
+    plan = plan_for(case)
+    plan["hosts"][1]["devices"][1]["report_name"] = "RPC1[10.0.0.9:50052]"
+    _rows, failures = usage.device_buffers(plan, buffers(case))
+    assert any(f.startswith(f"RPC1[{EP}]: buffers on a device the plan does not have") for f in failures)
+    assert any(f.startswith("w device CPU (RPC1[10.0.0.9:50052]): no buffers") for f in failures)
+
+
+def test_the_heads_vulkan_host_buffer_is_its_cpus() -> None:
+    report = "\n".join(
+        [
+            "load_tensors:   CPU_Mapped model buffer size =    28.69 MiB",
+            "load_tensors:      Vulkan0 model buffer size =    92.10 MiB",
+            "llama_kv_cache:      Vulkan0 KV buffer size =    11.25 MiB",
+            "sched_reserve:      Vulkan0 compute buffer size =    11.76 MiB",
+            "sched_reserve:  Vulkan_Host compute buffer size =     2.76 MiB",
+        ]
+    )
+    plan = {
+        "head": "head",
+        "hosts": [
+            {
+                "name": "head",
+                "role": "head",
+                "devices": [
+                    {
+                        "name": "CPU",
+                        "report_name": "CPU",
+                        "backend": "cpu",
+                        "layers": [0, 0],
+                        "predicted_mib": {"total": 31.44},
+                    },
+                    {
+                        "name": "Vulkan0",
+                        "report_name": "Vulkan0",
+                        "backend": "vulkan",
+                        "layers": [0, 30],
+                        "predicted_mib": {"total": 116.35},
+                    },
+                ],
+            }
+        ],
+    }
+    rows, failures = usage.device_buffers(plan, usage.parse_buffer_report(report))
+    assert failures == []
+    assert rows[0]["reported_total_mib"] == pytest.approx(28.69 + 2.76)
+    assert rows[1]["reported_total_mib"] == pytest.approx(92.10 + 11.25 + 11.76)
+
+
+def test_without_a_report_or_devices_nothing_is_checked() -> None:
+    case = CASES["smollm2 rpc Vulkan0,CPU 1,3"]
+    assert usage.device_buffers(plan_for(case), {}) == ([], [])
+    v1 = plan_for(case)
+    for h in v1["hosts"]:
+        del h["devices"]
+    assert usage.device_buffers(v1, buffers(case)) == ([], [])
+
+
+def test_the_device_table_is_printed() -> None:
+    case = CASES["smollm2 rpc Vulkan0,CPU 1,3"]
+    rows, _ = usage.device_buffers(plan_for(case), buffers(case))
+    text = usage.render_device_table(rows)
+    assert text.splitlines()[0].split()[:3] == ["host", "device", "report"]
+    assert f"RPC0[{EP}]" in text and "0-7" in text and "8-30" in text
