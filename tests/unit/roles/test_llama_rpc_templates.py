@@ -125,6 +125,9 @@ def test_head_unit_runs_the_supervisor_with_key_file_and_metrics() -> None:
         "--api-key-file",
         "/etc/llmfleet/api-key",
         "--metrics",
+        # verify reads llama.cpp's buffer report from the journal: logged from level 4 only
+        "--log-verbosity",
+        "4",
     ]
     assert "--api-key" not in args
     assert args[args.index("--plan") + 1] == "/etc/llmfleet/plan.json"

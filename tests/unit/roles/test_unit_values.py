@@ -107,7 +107,7 @@ def test_extra_arguments_are_quoted_in_the_head_unit() -> None:
     )
     (exec_start,) = directive(unit, "ExecStart")
     assert exec_start.endswith(
-        ' --metrics --alias "my model" --chat-template-kwargs "{\\"a\\": \\"$$HOME 5%%\\"}"'
+        ' --metrics --log-verbosity 4 --alias "my model" --chat-template-kwargs "{\\"a\\": \\"$$HOME 5%%\\"}"'
     ), exec_start
 
 
