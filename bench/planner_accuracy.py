@@ -30,18 +30,16 @@ import argparse
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.environ.get("CACHE", os.path.join(ROOT, ".cache")), "collections"))
 
 import contextlib
 
+import servers  # bench/servers.py: the shared process helpers
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import PlacementError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed_search import make_plan
@@ -143,60 +141,6 @@ class Cgroups:
             os.rmdir(self.base)
 
 
-def status_kib(pid: int, key: str) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        return None
-    return None
-
-
-def start(cmd: list[str], log: str, cgroup: str | None) -> subprocess.Popen:
-    env = dict(os.environ, GGML_NO_BACKTRACE="1")
-    out = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed with the process
-    if cgroup:
-        wrapped = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, *cmd]
-        return subprocess.Popen(wrapped, stdout=out, stderr=subprocess.STDOUT, env=env)
-    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def wait_health(port: int, proc: subprocess.Popen, timeout: float = 120.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            return False
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.2)
-    return False
-
-
-def complete(port: int) -> str:
-    body = json.dumps({"prompt": "The capital of France is", "n_predict": 16, "temperature": 0}).encode()
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/completion", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        return json.loads(resp.read()).get("content", "")
-
-
 def parse_report(text: str) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     per: dict[str, dict[str, float]] = {}
     for _dev, endpoint, kind, mib in BUF_RE.findall(text):
@@ -217,17 +161,20 @@ def run_fleet(
         port = BASE_PORT + i
         group = cg.make(f"{tag}-w{i}", cap)
         log = os.path.join(tmp, f"{tag}-w{i}.log")
-        proc = start(
-            [os.path.join(binary, "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)], log, group
+        proc = servers.start(
+            [os.path.join(binary, "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
+            log,
+            cgroup=group,
+            nice=None,
         )
         workers.append({"port": port, "proc": proc, "cgroup": group, "cap": cap, "log": log})
     time.sleep(1.0)
     for w in workers:
         pid = w["proc"].pid
-        w["idle_mib"] = status_kib(pid, "VmRSS") or 0.0
+        w["idle_mib"] = servers.status_mib(pid, "VmRSS") or 0.0
     slog = os.path.join(tmp, f"{tag}-server.log")
     head_group = cg.make(f"{tag}-head", 8192)
-    server = start(
+    server = servers.start(
         [
             os.path.join(binary, "llama-server"),
             "-m",
@@ -241,26 +188,27 @@ def run_fleet(
             *args,
         ],
         slog,
-        head_group,
+        cgroup=head_group,
+        nice=None,
     )
-    ok = wait_health(SERVER_PORT, server)
+    ok = servers.wait_health(SERVER_PORT, server, interval=0.2)
     text = ""
     if ok:
         try:
-            text = complete(SERVER_PORT)
+            text = servers.complete(SERVER_PORT, n_predict=16, timeout=120)
         except OSError as err:
             ok = False
             text = f"request failed: {err}"
-    server_hwm = status_kib(server.pid, "VmHWM")
+    server_hwm = servers.status_mib(server.pid, "VmHWM")
     for w in workers:
-        w["hwm_mib"] = status_kib(w["proc"].pid, "VmHWM")
+        w["hwm_mib"] = servers.status_mib(w["proc"].pid, "VmHWM")
         w["alive"] = w["proc"].poll() is None
-    stop(server)
+    servers.stop(server)
     head_peak = Cgroups.peak_mib(head_group)
     for w in workers:
         w["peak_mib"] = Cgroups.peak_mib(w["cgroup"])
         w["oom"] = Cgroups.oom_killed(w["cgroup"]) or not w["alive"]
-        stop(w["proc"])
+        servers.stop(w["proc"], timeout=10)
     with open(slog, encoding="utf-8", errors="replace") as handle:
         report = handle.read()
     per, cpu = parse_report(report)
