@@ -21,19 +21,16 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 
+import servers  # bench/servers.py: the shared process helpers
 from ansible_collections.llmfleet.cluster.plugins.module_utils import usage
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement
@@ -75,45 +72,6 @@ def fleet(head_gpu: bool) -> tuple[dict, list[dict]]:
     return head, [worker]
 
 
-def start(cmd: list[str], log: str, vulkan: bool) -> subprocess.Popen:
-    env = dict(os.environ, GGML_NO_BACKTRACE="1", GGML_VK_VISIBLE_DEVICES="0")
-    if not vulkan:
-        env.pop("GGML_VK_VISIBLE_DEVICES")
-    out = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(
-        ["nice", "-n", "19", "stdbuf", "-oL", *cmd], stdout=out, stderr=subprocess.STDOUT, env=env
-    )
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def serve_once(proc: subprocess.Popen, timeout: float = 120.0) -> str | None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{SERVER_PORT}/health", timeout=2) as resp:
-                if resp.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        return None
-    body = json.dumps({"prompt": "The capital of France is", "n_predict": 6, "temperature": 0}).encode()
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{SERVER_PORT}/completion", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=300) as resp:
-        return json.loads(resp.read(1 << 20)).get("content", "")
-
-
 def run_case(bin_dir: str, model: str, head_gpu: bool, tmp: str) -> list[str]:
     layout = read_layout(model).to_dict()
     head, workers = fleet(head_gpu)
@@ -123,7 +81,7 @@ def run_case(bin_dir: str, model: str, head_gpu: bool, tmp: str) -> list[str]:
     print(plan["table"])
     print("llama-server", " ".join(plan["llama_server_args"]))
     offered = ",".join(d["name"] for d in plan["hosts"][1]["devices"])
-    rpc = start(
+    rpc = servers.start(
         [
             os.path.join(bin_dir, "ggml-rpc-server"),
             "-H",
@@ -149,12 +107,14 @@ def run_case(bin_dir: str, model: str, head_gpu: bool, tmp: str) -> list[str]:
         "--port",
         str(SERVER_PORT),
     ]
-    server = start([*cmd, "-t", "1", "-v", "--no-webui", *plan["llama_server_args"]], log, vulkan=head_gpu)
+    server = servers.start(
+        [*cmd, "-t", "1", "-v", "--no-webui", *plan["llama_server_args"]], log, vulkan=head_gpu
+    )
     try:
-        text = serve_once(server)
+        text = servers.complete(SERVER_PORT) if servers.wait_health(SERVER_PORT, server) else None
     finally:
-        stop(server)
-        stop(rpc)
+        servers.stop(server)
+        servers.stop(rpc)
     with open(log, encoding="utf-8", errors="replace") as handle:
         report = handle.read()
     fit = max(report.rfind("common_fit_params"), report.rfind("common_params_fit_impl"))

@@ -14,11 +14,17 @@ arguments and ``-lv 4``, sends one completion, and compares per host:
 
 Goal per worker: prediction >= 95% of actual, and <= actual x 1.15 + 16 MiB.
 
+Then the Vulkan devices (``--vulkan-bin``, the pinned Vulkan build; ``--no-vulkan`` skips them):
+the planner's device plan for a worker offering a lavapipe ``Vulkan0`` and its CPU
+(``ggml-rpc-server -d Vulkan0,CPU``), behind a CPU-only head and a head with its own Vulkan0;
+every device's buffers in llama.cpp's report against the plan's prediction for that device
+(verify's own check, usage.device_buffers: the same goal).
+
 Then the capacity demo: Gemma 3 270M on three capped workers, llama.cpp's default split (which
 follows each worker's total RAM and puts the output layer on the last one) against the plan's.
 
     python bench/planner_accuracy.py [--models DIR] [--bin DIR] [--only NAME] [--json OUT]
-        [--objective memory|speed] [--no-capacity]
+        [--objective memory|speed] [--no-capacity] [--vulkan-bin DIR] [--no-vulkan]
 
 ``--objective speed`` plans every case with the speed objective (uneven what-if figures per worker):
 the memory goal must hold for those placements too.
@@ -30,19 +36,19 @@ import argparse
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.environ.get("CACHE", os.path.join(ROOT, ".cache")), "collections"))
 
 import contextlib
 
+import servers  # bench/servers.py: the shared process helpers
+from ansible_collections.llmfleet.cluster.plugins.module_utils import usage
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import PlacementError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed_search import make_plan
 
@@ -143,60 +149,6 @@ class Cgroups:
             os.rmdir(self.base)
 
 
-def status_kib(pid: int, key: str) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        return None
-    return None
-
-
-def start(cmd: list[str], log: str, cgroup: str | None) -> subprocess.Popen:
-    env = dict(os.environ, GGML_NO_BACKTRACE="1")
-    out = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed with the process
-    if cgroup:
-        wrapped = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, *cmd]
-        return subprocess.Popen(wrapped, stdout=out, stderr=subprocess.STDOUT, env=env)
-    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def wait_health(port: int, proc: subprocess.Popen, timeout: float = 120.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            return False
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.2)
-    return False
-
-
-def complete(port: int) -> str:
-    body = json.dumps({"prompt": "The capital of France is", "n_predict": 16, "temperature": 0}).encode()
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/completion", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        return json.loads(resp.read()).get("content", "")
-
-
 def parse_report(text: str) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     per: dict[str, dict[str, float]] = {}
     for _dev, endpoint, kind, mib in BUF_RE.findall(text):
@@ -217,17 +169,20 @@ def run_fleet(
         port = BASE_PORT + i
         group = cg.make(f"{tag}-w{i}", cap)
         log = os.path.join(tmp, f"{tag}-w{i}.log")
-        proc = start(
-            [os.path.join(binary, "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)], log, group
+        proc = servers.start(
+            [os.path.join(binary, "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
+            log,
+            cgroup=group,
+            nice=None,
         )
         workers.append({"port": port, "proc": proc, "cgroup": group, "cap": cap, "log": log})
     time.sleep(1.0)
     for w in workers:
         pid = w["proc"].pid
-        w["idle_mib"] = status_kib(pid, "VmRSS") or 0.0
+        w["idle_mib"] = servers.status_mib(pid, "VmRSS") or 0.0
     slog = os.path.join(tmp, f"{tag}-server.log")
     head_group = cg.make(f"{tag}-head", 8192)
-    server = start(
+    server = servers.start(
         [
             os.path.join(binary, "llama-server"),
             "-m",
@@ -241,26 +196,27 @@ def run_fleet(
             *args,
         ],
         slog,
-        head_group,
+        cgroup=head_group,
+        nice=None,
     )
-    ok = wait_health(SERVER_PORT, server)
+    ok = servers.wait_health(SERVER_PORT, server, interval=0.2)
     text = ""
     if ok:
         try:
-            text = complete(SERVER_PORT)
+            text = servers.complete(SERVER_PORT, n_predict=16, timeout=120)
         except OSError as err:
             ok = False
             text = f"request failed: {err}"
-    server_hwm = status_kib(server.pid, "VmHWM")
+    server_hwm = servers.status_mib(server.pid, "VmHWM")
     for w in workers:
-        w["hwm_mib"] = status_kib(w["proc"].pid, "VmHWM")
+        w["hwm_mib"] = servers.status_mib(w["proc"].pid, "VmHWM")
         w["alive"] = w["proc"].poll() is None
-    stop(server)
+    servers.stop(server)
     head_peak = Cgroups.peak_mib(head_group)
     for w in workers:
         w["peak_mib"] = Cgroups.peak_mib(w["cgroup"])
         w["oom"] = Cgroups.oom_killed(w["cgroup"]) or not w["alive"]
-        stop(w["proc"])
+        servers.stop(w["proc"], timeout=10)
     with open(slog, encoding="utf-8", errors="replace") as handle:
         report = handle.read()
     per, cpu = parse_report(report)
@@ -377,6 +333,154 @@ def accuracy(args: argparse.Namespace, cg: Cgroups, tmp: str, heads: list[dict])
     return rows
 
 
+# name, model, the head's Vulkan0 free MiB (None: a CPU-only head), the worker's Vulkan0 free MiB:
+# the worker's rpc-server serves ``-d Vulkan0,CPU`` (lavapipe, GGML_VK_VISIBLE_DEVICES=0); the
+# Vulkan devices are small enough that the planner splits the layers between them and the CPU
+VULKAN_CASES = [
+    ("tiny-8L worker Vulkan0,CPU", "tiny-llama-8L.gguf", None, 14),
+    ("tiny-8L head Vulkan0 + worker Vulkan0,CPU", "tiny-llama-8L.gguf", 14, 14),
+    ("smollm2 worker Vulkan0,CPU", "SmolLM2-135M-Instruct.Q4_1.gguf", None, 60),
+    ("smollm2 head Vulkan0 + worker Vulkan0,CPU", "SmolLM2-135M-Instruct.Q4_1.gguf", 45, 45),
+]
+VULKAN_RPC_PORT = BASE_PORT + 50
+
+
+def vulkan(args: argparse.Namespace, tmp: str) -> list[dict]:
+    """The planner's device plan (plugins/plugin_utils/device_placement.py through placement's
+    plan) on the pinned Vulkan build with lavapipe: every device's buffers from llama.cpp's report
+    against the plan's prediction for that device, with verify's own check (usage.device_buffers)."""
+    from device_split import device  # bench/device_split.py: a what-if device as the probe lists it
+
+    if not os.path.exists(os.path.join(args.vulkan_bin, "llama-server")):
+        print(f"skip the Vulkan cases: no Vulkan build at {args.vulkan_bin} (make vulkan-artifacts)")
+        return []
+    rpc_cmd = [
+        os.path.join(args.vulkan_bin, "ggml-rpc-server"),
+        "-H",
+        "127.0.0.1",
+        "-p",
+        str(VULKAN_RPC_PORT),
+    ]
+    server_cmd = [
+        os.path.join(args.vulkan_bin, "llama-server"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(SERVER_PORT),
+    ]
+    server_cmd += ["-m"]
+    rows: list[dict] = []
+    for name, model_file, head_vk, worker_vk in VULKAN_CASES:
+        if args.only and args.only not in name:
+            continue
+        path = os.path.join(args.models, model_file)
+        if not os.path.exists(path):
+            print(f"skip {name}: {path} missing (make test-artifacts)")
+            continue
+        cpu = device("CPU", 4000, "cpu")
+        head = {"name": "head", "usable_mib": 4000, "cpus": 2, "gpu_reserve_mib": 0}
+        if head_vk is not None:
+            head["devices"] = [device("Vulkan0", head_vk), cpu]
+        worker = {
+            "name": "w",
+            "usable_mib": 4000,
+            "cpus": 2,
+            "address": "127.0.0.1",
+            "port": VULKAN_RPC_PORT,
+            "gpu_reserve_mib": 0,
+            "devices": [device("Vulkan0", worker_vk), cpu],
+        }
+        layout = read_layout(path).to_dict()
+        try:
+            plan = placement.plan_llama_cpp(
+                layout, head, [worker], {"head_layers": False, "context": 512, "min_workers": 1}
+            )
+        except PlacementError as err:
+            print(f"skip {name}: the plan refuses: {str(err).splitlines()[0]}")
+            continue
+        offered = ",".join(d["name"] for d in plan["hosts"][1]["devices"])
+        tag = name.replace(" ", "_").replace(",", "-")
+        rpc = servers.start(
+            [*rpc_cmd, "-d", offered, "-t", "1"],
+            os.path.join(tmp, f"{tag}-rpc.log"),
+            vulkan=True,
+        )
+        time.sleep(3.0)
+        slog = os.path.join(tmp, f"{tag}-server.log")
+        server = servers.start(
+            [*server_cmd, path, "-t", "1", "-v", "--no-webui", *plan["llama_server_args"]],
+            slog,
+            vulkan=head_vk is not None,
+        )
+        try:
+            served = servers.wait_health(SERVER_PORT, server)
+            text = servers.complete(SERVER_PORT) if served else ""
+        finally:
+            servers.stop(server)
+            servers.stop(rpc)
+        with open(slog, encoding="utf-8", errors="replace") as handle:
+            report = usage.parse_buffer_report(handle.read())
+        checked, failures = usage.device_buffers({"head": "head", "hosts": plan["hosts"]}, report)
+        planned = {(h["name"], d["name"]): d for h in plan["hosts"] for d in h.get("devices") or []}
+        for row in checked:
+            d = planned[(row["host"], row["device"])]
+            first, last = d["layers"]
+            rep = row["reported_mib"]
+            rows.append(
+                {
+                    "case": name,
+                    "host": row["host"],
+                    "device": row["device"],
+                    "report_name": row["report_name"],
+                    "layers": (f"{first}-{last - 1}" if last > first else "none")
+                    + (" + output" if d.get("output_layer") else ""),
+                    "pred": d["predicted_mib"]["total"],
+                    "pred_weights": d["predicted_mib"]["weights"],
+                    "rep_model": rep.get("model", 0.0),
+                    "pred_kv": d["predicted_mib"]["kv"],
+                    "rep_kv": rep.get("KV", 0.0),
+                    "pred_compute": d["predicted_mib"]["compute"],
+                    "rep_compute": rep.get("compute", 0.0) + rep.get("output", 0.0),
+                    "actual": row["reported_total_mib"] or 0.0,
+                    "served": served,
+                    "within": bool(row["ok"]),
+                }
+            )
+        print(f"{name}: {' '.join(plan['llama_server_args'])}")
+        print(f"{name}: served={served} text={text[:40]!r} failures={failures}", flush=True)
+    return rows
+
+
+def vulkan_table(rows: list[dict]) -> str:
+    lines = [
+        "| case | host | device | report name | layers | predicted | llama.cpp | pred/llama | model pred/llama"
+        " | KV pred/llama | compute pred/llama | within goal |",
+        "|" + "---|" * 12,
+    ]
+    for r in rows:
+        lines.append(
+            "| {} | {} | {} | `{}` | {} | {:.1f} | {:.1f} | {:.2f} | {:.1f} / {:.1f} | {:.1f} / {:.1f}"
+            " | {:.1f} / {:.1f} | {} |".format(
+                r["case"],
+                r["host"],
+                r["device"],
+                r["report_name"],
+                r["layers"],
+                r["pred"],
+                r["actual"],
+                r["pred"] / r["actual"] if r["actual"] else 0,
+                r["pred_weights"],
+                r["rep_model"],
+                r["pred_kv"],
+                r["rep_kv"],
+                r["pred_compute"],
+                r["rep_compute"],
+                "yes" if r["within"] and r["served"] else "NO",
+            )
+        )
+    return "\n".join(lines)
+
+
 def capacity(args: argparse.Namespace, cg: Cgroups, tmp: str) -> list[dict]:
     """Gemma on workers capped 400 / 200 / 120 MiB in that --rpc order: default vs plan."""
     path = os.path.join(args.models, "gemma-3-270m-Q4_K_M.gguf")
@@ -440,6 +544,8 @@ def main() -> int:
     parser.add_argument("--models", default=os.path.join(cache, "models"))
     parser.add_argument("--bin", default=os.path.join(cache, "llama.cpp", "bin"))
     parser.add_argument("--only", default="")
+    parser.add_argument("--vulkan-bin", default=os.path.join(cache, "llama.cpp-vulkan", "bin"))
+    parser.add_argument("--no-vulkan", action="store_true", help="skip the Vulkan (lavapipe) device cases")
     parser.add_argument("--no-capacity", action="store_true")
     parser.add_argument("--json", default="")
     parser.add_argument(
@@ -456,6 +562,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as tmp:
             heads: list[dict] = []
             rows = accuracy(args, cg, tmp, heads)
+            vk = [] if args.no_vulkan else vulkan(args, tmp)
             cap = [] if args.no_capacity or args.only else capacity(args, cg, tmp)
     finally:
         cg.cleanup()
@@ -481,6 +588,9 @@ def main() -> int:
                     h["rep_compute"],
                 )
             )
+    if vk:
+        print()
+        print(vulkan_table(vk))
     if cap:
         print()
         for c in cap:
@@ -490,10 +600,14 @@ def main() -> int:
                 )
             )
     within = sum(1 for r in rows if r["within"])
-    print(f"\n{within}/{len(rows)} worker predictions within the goal; {time.monotonic() - started:.0f} s")
+    vk_within = sum(1 for r in vk if r["within"] and r["served"])
+    print(
+        f"\n{within}/{len(rows)} worker predictions within the goal; {vk_within}/{len(vk)} Vulkan-case devices;"
+        f" {time.monotonic() - started:.0f} s"
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"accuracy": rows, "heads": heads, "capacity": cap}, handle, indent=2)
+            json.dump({"accuracy": rows, "heads": heads, "vulkan": vk, "capacity": cap}, handle, indent=2)
     return 0
 
 

@@ -27,17 +27,16 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.environ.get("CACHE", os.path.join(ROOT, ".cache"))
 sys.path.insert(0, os.path.join(CACHE, "collections"))
 
+import servers  # bench/servers.py: the shared process helpers
 from ansible_collections.llmfleet.cluster.plugins.module_utils.gguf_layout import read_layout
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import memory_model
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Model, Options
@@ -75,66 +74,6 @@ CASES = [
 ]
 
 
-def env() -> dict:
-    return dict(os.environ, GGML_NO_BACKTRACE="1", GGML_VK_VISIBLE_DEVICES="0")
-
-
-def start(cmd: list[str], log: str, vulkan: bool = True) -> subprocess.Popen:
-    out = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed with the process
-    # stdout line-buffered: the rpc-server prints its devices there and is stopped with a signal
-    return subprocess.Popen(
-        ["nice", "-n", "19", "stdbuf", "-oL", *cmd],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=env() if vulkan else {k: v for k, v in env().items() if k != "GGML_VK_VISIBLE_DEVICES"},
-    )
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def status_mib(pid: int, key: str) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        return None
-    return None
-
-
-def wait_health(proc: subprocess.Popen, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            return False
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{SERVER_PORT}/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.5)
-    return False
-
-
-def complete() -> str:
-    body = json.dumps({"prompt": "The capital of France is", "n_predict": 6, "temperature": 0}).encode()
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{SERVER_PORT}/completion", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=600) as resp:
-        return json.loads(resp.read(1 << 20)).get("content", "")
-
-
 def list_devices(binary: str, tmp: str) -> dict[str, str]:
     """What the two binaries say about the devices (test data for the probe).
 
@@ -143,9 +82,7 @@ def list_devices(binary: str, tmp: str) -> dict[str, str]:
     """
     out = {}
     for visible in (True, False):
-        run_env = env()
-        if not visible:
-            run_env.pop("GGML_VK_VISIBLE_DEVICES")
+        run_env = servers.env(visible)
         label = "GGML_VK_VISIBLE_DEVICES=0 " if visible else ""
         for key, cmd in (
             ("llama-server --list-devices", [os.path.join(binary, "llama-server"), "--list-devices"]),
@@ -164,9 +101,9 @@ def list_devices(binary: str, tmp: str) -> dict[str, str]:
         log = os.path.join(tmp, "banner.log")
         cmd = [os.path.join(binary, "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(RPC_PORT)]
         cmd += ["-d", devices] if devices else []
-        proc = start(cmd, log)
+        proc = servers.start(cmd, log, vulkan=True)
         time.sleep(3.0)
-        stop(proc)
+        servers.stop(proc)
         with open(log, encoding="utf-8", errors="replace") as handle:
             text = handle.read()
         out[
@@ -216,7 +153,7 @@ def run_case(args: argparse.Namespace, case: tuple, tmp: str) -> dict:
     rpc = None
     idle = None
     if rpc_devices:
-        rpc = start(
+        rpc = servers.start(
             [
                 os.path.join(args.bin, "ggml-rpc-server"),
                 "-H",
@@ -229,9 +166,10 @@ def run_case(args: argparse.Namespace, case: tuple, tmp: str) -> dict:
                 "1",
             ],
             os.path.join(tmp, f"{tag}-rpc.log"),
+            vulkan=True,
         )
         time.sleep(3.0)
-        idle = status_mib(rpc.pid, "VmRSS")
+        idle = servers.status_mib(rpc.pid, "VmRSS")
     cmd = [
         os.path.join(args.bin, "llama-server"),
         "-m",
@@ -249,21 +187,21 @@ def run_case(args: argparse.Namespace, case: tuple, tmp: str) -> dict:
     started = time.monotonic()
     # an rpc case's head sees no Vulkan device of its own (it would take layers: llama-server
     # uses every device it sees), a head case's does
-    server = start(cmd, slog, vulkan=not rpc_devices)
-    ok = wait_health(server, args.timeout)
+    server = servers.start(cmd, slog, vulkan=not rpc_devices)
+    ok = servers.wait_health(SERVER_PORT, server, args.timeout)
     text = ""
     if ok:
         try:
-            text = complete()
+            text = servers.complete(SERVER_PORT, timeout=600)
         except OSError as err:
             ok, text = False, f"request failed: {err}"
     seconds = time.monotonic() - started
-    rpc_hwm = status_mib(rpc.pid, "VmHWM") if rpc else None
-    rpc_rss = status_mib(rpc.pid, "VmRSS") if rpc else None
-    head_hwm = status_mib(server.pid, "VmHWM")
-    stop(server)
+    rpc_hwm = servers.status_mib(rpc.pid, "VmHWM") if rpc else None
+    rpc_rss = servers.status_mib(rpc.pid, "VmRSS") if rpc else None
+    head_hwm = servers.status_mib(server.pid, "VmHWM")
+    servers.stop(server)
     if rpc:
-        stop(rpc)
+        servers.stop(rpc)
     with open(slog, encoding="utf-8", errors="replace") as handle:
         report = handle.read()
     buffers, layers = parse(report)

@@ -1,5 +1,6 @@
 """verify's per-device check: llama.cpp's own buffer report (recorded on the pinned Vulkan build
-with lavapipe, bench/vulkan_buffers-smollm2.json) against a plan's prediction per device."""
+with lavapipe, bench/vulkan_buffers-smollm2.json and bench/vulkan_buffers.json) against a plan's
+prediction per device."""
 
 from __future__ import annotations
 
@@ -195,3 +196,85 @@ def test_the_device_table_is_printed() -> None:
     text = usage.render_device_table(rows)
     assert text.splitlines()[0].split()[:3] == ["host", "device", "report"]
     assert f"RPC0[{EP}]" in text and "0-7" in text and "8-30" in text
+
+
+# bench/vulkan_buffers.json: the tiny-8L runs, each log holding --fit's dry run (every buffer 0.00
+# MiB) before the real load
+TINY = {c["case"]: c for c in json.loads((ROOT / "bench" / "vulkan_buffers.json").read_text())["cases"]}
+
+
+def tiny_plan(case: dict, worker_devices: list[str], swap: bool = False) -> dict:
+    """A version 2 plan of the recorded run: the head's CPU, the worker's devices as RPC<i>."""
+    dev = {d["device"]: d for d in case["devices"]}
+    rpc = [d for d in ("RPC0", "RPC1") if d in dev]
+    names = [f"{r}[{EP}]" for r in rpc]
+    if swap:
+        names.reverse()
+
+    def span(d: dict) -> list[int]:
+        return [d["layers"][0], d["layers"][-1] + 1] if d["layers"] else [0, 0]
+
+    return {
+        "version": 2,
+        "head": "head",
+        "hosts": [
+            {
+                "name": "head",
+                "role": "head",
+                "devices": [
+                    {
+                        "name": "CPU",
+                        "report_name": "CPU",
+                        "backend": "cpu",
+                        "layers": [0, 0],
+                        "predicted_mib": {"total": _total(dev["CPU"]["predicted"])},
+                    }
+                ],
+            },
+            {
+                "name": "w",
+                "role": "worker",
+                "endpoint": EP,
+                "devices": [
+                    {
+                        "name": worker_devices[i],
+                        "report_name": names[i],
+                        "backend": "cpu" if worker_devices[i] == "CPU" else "vulkan",
+                        "layers": span(dev[r]),
+                        "predicted_mib": {"total": _total(dev[r]["predicted"])},
+                    }
+                    for i, r in enumerate(rpc)
+                ],
+            },
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "worker_devices"),
+    [
+        ("tiny-8L rpc Vulkan0,CPU 1,1", ["Vulkan0", "CPU"]),
+        ("tiny-8L rpc Vulkan0 all", ["Vulkan0"]),
+        ("tiny-8L rpc CPU all", ["CPU"]),  # a CPU-only fleet: the head's CPU and the worker's RPC0
+    ],
+)
+def test_the_tiny_runs_verify_from_the_real_load_not_the_dry_run(name, worker_devices) -> None:
+    case = TINY[name]
+    rows, failures = usage.device_buffers(tiny_plan(case, worker_devices), buffers(case))
+    assert failures == []
+    assert [r["ok"] for r in rows] == [True] * (1 + len(worker_devices))
+    for row, recorded in zip(rows, case["devices"]):
+        # the real load's figures (the dry run's 0.00 MiB lines are dropped), CPU_Mapped on the head's CPU
+        assert row["reported_total_mib"] == pytest.approx(sum(recorded["reported"].values()), abs=0.02)
+        assert row["reported_total_mib"] > 0
+
+
+def test_a_wrong_attribution_of_the_tiny_split_fails() -> None:
+    """The worker's Vulkan0 is RPC0 (layers 0-4, 14.9 MiB reported), its CPU RPC1 (5-8, 12.3 MiB):
+    named the other way round, the CPU's prediction (12.3) is under RPC0's report by more than 5 %."""
+    case = TINY["tiny-8L rpc Vulkan0,CPU 1,1"]
+    rows, failures = usage.device_buffers(tiny_plan(case, ["Vulkan0", "CPU"], swap=True), buffers(case))
+    assert [r["ok"] for r in rows] == [True, True, False]
+    assert len(failures) == 1
+    assert failures[0].startswith(f"w device CPU (RPC0[{EP}]): llama.cpp reports 14.9 MiB")
+    assert "the plan predicts 12.3 MiB: outside the goal [14.2, 33.2]" in failures[0]
