@@ -33,6 +33,7 @@ import posixpath
 import re
 import shutil
 import stat
+import sys
 import tarfile
 import tempfile
 import zipfile
@@ -50,8 +51,21 @@ SOURCE_FLAVOUR = "source"
 
 # ELF e_machine codes of the architectures llama.cpp releases are built for, and the names
 # os.uname().machine may give them.
-ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64"}
-MACHINE_ALIASES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
+# 32-bit ARM (EM_ARM) is there for source builds on a 32-bit userland (no release is built for it).
+ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64", 0x28: "arm"}
+MACHINE_ALIASES = {
+    "amd64": "x86_64",
+    "x86_64": "x86_64",
+    "arm64": "aarch64",
+    "aarch64": "aarch64",
+    "armv6l": "arm",
+    "armv7l": "arm",
+    "armv8l": "arm",
+    "armhf": "arm",
+    "arm": "arm",
+}
+# The CPU release flavour built for an architecture; any other builds from source.
+RELEASE_FLAVOURS = {"x86_64": "ubuntu-x64", "aarch64": "ubuntu-arm64"}
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _RPC_PROTO_RE = re.compile(r"^(\d{1,4})\.(\d{1,4})\.(\d{1,4})$")
@@ -814,6 +828,21 @@ def elf_machine(path: str) -> Optional[str]:
     return ELF_MACHINES.get(code, f"e_machine 0x{code:X}")
 
 
+def userland_machine() -> str:
+    """The architecture this host's programs are built for: the running interpreter's own ELF
+    header, else ``os.uname().machine``.
+
+    They differ on a 32-bit userland on a 64-bit kernel (Raspberry Pi OS 32-bit on its 64-bit
+    kernel: uname says aarch64, every program, this Python included, is 32-bit ARM); under
+    qemu-user both say the emulated architecture.
+    """
+    try:
+        built = elf_machine(os.path.realpath(sys.executable)) if sys.executable else None
+    except OSError:
+        built = None
+    return built if built in ELF_MACHINES.values() else os.uname().machine
+
+
 def check_architecture(directory: str, names: Iterable[str], machine: str, host: str, flavour: Any) -> None:
     """Refuse a tree whose ELF binaries ``names`` are not built for ``machine`` (the host's)."""
     want = MACHINE_ALIASES.get(machine, machine)
@@ -826,7 +855,7 @@ def check_architecture(directory: str, names: Iterable[str], machine: str, host:
             raise ArchitectureMismatch(
                 f"{host}: llama.cpp flavour {flavour!r} has {name} built for {built}, but this host "
                 f"is {want}; set llama_cpp_flavour to the build for {want} (e.g. "
-                f"{'ubuntu-arm64' if want == 'aarch64' else 'ubuntu-x64'}); nothing was installed"
+                f"{RELEASE_FLAVOURS.get(want, SOURCE_FLAVOUR)}); nothing was installed"
             )
 
 
@@ -867,7 +896,7 @@ def install(
     (``require_one_of``: at least one of these executables, ``require``: all of these).
     A previous ``dest`` with another pin is replaced only after the new tree is ready. The
     required binaries that are ELF files must be built for ``machine`` (default: this host's
-    ``os.uname().machine``; ``host`` names it in the error, default its node name).
+    userland, :func:`userland_machine`; ``host`` names it in the error, default its node name).
     """
     pin = normalize_sha256(sha256, f"sha256 for {dest}")
     require_one_of = list(require_one_of or [])
@@ -908,12 +937,11 @@ def install(
         if missing:
             what = archive or src_dir
             raise LayoutError(f"{what}: no executable {', '.join(missing)} in it; nothing was installed")
-        uname = os.uname()
         check_architecture(
             stage,
             require_one_of + require,
-            machine or uname.machine,
-            host or uname.nodename,
+            machine or userland_machine(),
+            host or os.uname().nodename,
             (info or {}).get("flavour", "?"),
         )
         record = dict(info or {})

@@ -115,3 +115,15 @@ def test_select_release_returns_the_recorded_version() -> None:
     table["b6000"]["ubuntu-arm64"]["rpc_proto"] = "7"
     with pytest.raises(A.ReleaseLookupError, match=r"pi5: release table entry b6000/ubuntu-arm64 rpc_proto"):
         A.select_release(table, "b6000", "ubuntu-arm64", "pi5")
+
+
+def test_the_lookup_reads_the_source_it_is_given(tmp_path: Path) -> None:
+    from ansible.errors import AnsibleLookupError
+    from ansible_collections.llmfleet.cluster.plugins.lookup.llama_cpp_rpc_proto import LookupModule
+
+    lookup = LookupModule()
+    good = _source_tarball(tmp_path / "a.tar.gz", "llama.cpp-b6000", HEADER)
+    old = _source_tarball(tmp_path / "b.tar.gz", "llama.cpp-b3000", "#pragma once\n")
+    assert lookup.run([str(good), str(old)]) == ["7.0.0", None]
+    with pytest.raises(AnsibleLookupError, match=r"^llmfleet.cluster.llama_cpp_rpc_proto: .*nothing.tar.gz"):
+        lookup.run([str(tmp_path / "nothing.tar.gz")])
