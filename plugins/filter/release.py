@@ -21,6 +21,10 @@ from ansible_collections.llmfleet.cluster.plugins.module_utils.release_lock impo
     LockError,
     model_from_lock,
 )
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.rpc_fleet import (
+    RpcProtoMismatch,
+    check_hosts,
+)
 
 
 def lock_model(model, lock=None):
@@ -37,9 +41,20 @@ def llama_cpp_release(releases, build, flavour, host="this host"):
         raise AnsibleFilterError(str(exc)) from None
 
 
+def llama_cpp_rpc_check(head, workers, hostvars, lock=None):
+    llama_cpp = ((lock or {}).get("llama_cpp") or {}) if hasattr(lock or {}, "get") else {}
+    try:
+        return check_hosts(
+            str(head), [str(w) for w in workers or []], hostvars, llama_cpp.get("releases") or {}
+        )
+    except RpcProtoMismatch as exc:
+        raise AnsibleFilterError("plan: %s" % exc) from None
+
+
 class FilterModule(object):
     def filters(self):
         return {
             "lock_model": lock_model,
             "llama_cpp_release": llama_cpp_release,
+            "llama_cpp_rpc_check": llama_cpp_rpc_check,
         }

@@ -33,6 +33,7 @@ import posixpath
 import re
 import shutil
 import stat
+import sys
 import tarfile
 import tempfile
 import zipfile
@@ -50,10 +51,30 @@ SOURCE_FLAVOUR = "source"
 
 # ELF e_machine codes of the architectures llama.cpp releases are built for, and the names
 # os.uname().machine may give them.
-ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64"}
-MACHINE_ALIASES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
+# 32-bit ARM (EM_ARM) is there for source builds on a 32-bit userland (no release is built for it).
+ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64", 0x28: "arm"}
+MACHINE_ALIASES = {
+    "amd64": "x86_64",
+    "x86_64": "x86_64",
+    "arm64": "aarch64",
+    "aarch64": "aarch64",
+    "armv6l": "arm",
+    "armv7l": "arm",
+    "armv8l": "arm",
+    "armhf": "arm",
+    "arm": "arm",
+}
+# The CPU release flavour built for an architecture; any other builds from source.
+RELEASE_FLAVOURS = {"x86_64": "ubuntu-x64", "aarch64": "ubuntu-arm64"}
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_RPC_PROTO_RE = re.compile(r"^(\d{1,4})\.(\d{1,4})\.(\d{1,4})$")
+_RPC_DEFINE_RE = re.compile(
+    r"^[ \t]*#[ \t]*define[ \t]+RPC_PROTO_(MAJOR|MINOR|PATCH)_VERSION[ \t]+(\d+)\b", re.M
+)
+# Where llama.cpp's source tree declares the RPC protocol version (since the versioned HELLO).
+RPC_HEADER = "ggml/include/ggml-rpc.h"
+RPC_HEADER_MAX = 64 * 1024  # the header is about 2 KiB; a bigger one is not read
 _CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
 
@@ -114,6 +135,88 @@ def normalize_sha256(value: Any, what: str = "sha256") -> str:
     return text
 
 
+def parse_rpc_proto(value: Any, what: str = "rpc_proto") -> Tuple[int, int, int]:
+    """``"7.0.0"`` -> (7, 0, 0): a llama.cpp RPC protocol version as ggml-rpc.h declares it.
+
+    >>> parse_rpc_proto("7.1.0")
+    (7, 1, 0)
+    """
+    match = _RPC_PROTO_RE.match(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise ArtifactError(
+            f"{what}: expected an RPC protocol version MAJOR.MINOR.PATCH such as '7.0.0', got {value!r}"
+        )
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+def rpc_compatible(head: Any, worker: Any) -> bool:
+    """Whether a llama-server speaking ``head`` accepts an rpc-server speaking ``worker``.
+
+    The rule of llama.cpp's client (ggml/src/ggml-rpc/ggml-rpc.cpp, ``negotiate_hello``): it
+    refuses a server whose major differs from its own or whose minor is higher than its own
+    (``response.major != RPC_PROTO_MAJOR_VERSION || response.minor > RPC_PROTO_MINOR_VERSION``);
+    the patch is not compared.
+    """
+    client = parse_rpc_proto(head, "the head's rpc_proto")
+    server = parse_rpc_proto(worker, "the worker's rpc_proto")
+    return server[0] == client[0] and server[1] <= client[1]
+
+
+def rpc_proto_from_header(text: str, what: str = RPC_HEADER) -> Optional[str]:
+    """``"7.0.0"`` from the ``#define RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION`` lines of ggml-rpc.h.
+
+    None for a header without them (builds from before the versioned HELLO); a header with some of
+    the three but not all is refused.
+    """
+    found: Dict[str, str] = {}
+    for part, number in _RPC_DEFINE_RE.findall(text):
+        if found.setdefault(part, number) != number:
+            raise ArtifactError(
+                f"{what}: RPC_PROTO_{part}_VERSION is defined twice ({found[part]}, {number})"
+            )
+    if not found:
+        return None
+    missing = [p for p in ("MAJOR", "MINOR", "PATCH") if p not in found]
+    if missing:
+        raise ArtifactError(f"{what}: no RPC_PROTO_{missing[0]}_VERSION beside {', '.join(sorted(found))}")
+    return f"{int(found['MAJOR'])}.{int(found['MINOR'])}.{int(found['PATCH'])}"
+
+
+def _read_header(handle: IO[bytes], what: str) -> str:
+    data = handle.read(RPC_HEADER_MAX + 1)
+    if len(data) > RPC_HEADER_MAX:
+        raise ArtifactError(f"{what}: more than {RPC_HEADER_MAX} bytes, not a ggml-rpc.h")
+    return data.decode("utf-8", errors="replace")
+
+
+def rpc_proto_from_source(path: str) -> Optional[str]:
+    """The RPC protocol version of a llama.cpp source: a tree or a source tarball (a release's
+    tag archive, or the PyPI sdist that vendors the tree), read from its ``ggml/include/ggml-rpc.h``.
+
+    None when the header declares no version; an error when the source has no such header.
+    """
+    if os.path.isdir(path):
+        header = os.path.join(path, *RPC_HEADER.split("/"))
+        if not os.path.isfile(header):
+            raise ArtifactError(f"{path}: no {RPC_HEADER} in this source tree")
+        with open(header, "rb") as handle:
+            return rpc_proto_from_header(_read_header(handle, header), header)
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar:
+                name = _norm_member(member.name)
+                if member.isfile() and (name == RPC_HEADER or name.endswith("/" + RPC_HEADER)):
+                    source = tar.extractfile(member)
+                    if source is None:
+                        break
+                    with source:
+                        what = f"{path}:{member.name}"
+                        return rpc_proto_from_header(_read_header(source, what), what)
+    except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
+        raise ArtifactError(f"{path}: cannot read this source tarball: {exc}") from None
+    raise ArtifactError(f"{path}: no {RPC_HEADER} in this source tarball")
+
+
 def asset_name(url: str) -> str:
     """The file name at the end of a URL or path (without query or fragment)."""
     path = urlsplit(url).path if "://" in url else url.split("?", 1)[0].split("#", 1)[0]
@@ -162,6 +265,11 @@ def select_release(
         sha256 = normalize_sha256(
             entry.get("sha256"), f"{host}: release table entry {build}/{flavour} sha256"
         )
+        rpc_proto = entry.get("rpc_proto")
+        if rpc_proto not in (None, ""):
+            rpc_proto = "%d.%d.%d" % parse_rpc_proto(
+                rpc_proto, f"{host}: release table entry {build}/{flavour} rpc_proto"
+            )
     except ArtifactError as exc:
         raise ReleaseLookupError(str(exc)) from None
     return {
@@ -171,6 +279,7 @@ def select_release(
         "sha256": sha256,
         "asset": asset_name(url.strip()),
         "source": flavour == SOURCE_FLAVOUR,
+        "rpc_proto": rpc_proto or None,
     }
 
 
@@ -719,6 +828,21 @@ def elf_machine(path: str) -> Optional[str]:
     return ELF_MACHINES.get(code, f"e_machine 0x{code:X}")
 
 
+def userland_machine() -> str:
+    """The architecture this host's programs are built for: the running interpreter's own ELF
+    header, else ``os.uname().machine``.
+
+    They differ on a 32-bit userland on a 64-bit kernel (Raspberry Pi OS 32-bit on its 64-bit
+    kernel: uname says aarch64, every program, this Python included, is 32-bit ARM); under
+    qemu-user both say the emulated architecture.
+    """
+    try:
+        built = elf_machine(os.path.realpath(sys.executable)) if sys.executable else None
+    except OSError:
+        built = None
+    return built if built in ELF_MACHINES.values() else os.uname().machine
+
+
 def check_architecture(directory: str, names: Iterable[str], machine: str, host: str, flavour: Any) -> None:
     """Refuse a tree whose ELF binaries ``names`` are not built for ``machine`` (the host's)."""
     want = MACHINE_ALIASES.get(machine, machine)
@@ -731,7 +855,7 @@ def check_architecture(directory: str, names: Iterable[str], machine: str, host:
             raise ArchitectureMismatch(
                 f"{host}: llama.cpp flavour {flavour!r} has {name} built for {built}, but this host "
                 f"is {want}; set llama_cpp_flavour to the build for {want} (e.g. "
-                f"{'ubuntu-arm64' if want == 'aarch64' else 'ubuntu-x64'}); nothing was installed"
+                f"{RELEASE_FLAVOURS.get(want, SOURCE_FLAVOUR)}); nothing was installed"
             )
 
 
@@ -772,7 +896,7 @@ def install(
     (``require_one_of``: at least one of these executables, ``require``: all of these).
     A previous ``dest`` with another pin is replaced only after the new tree is ready. The
     required binaries that are ELF files must be built for ``machine`` (default: this host's
-    ``os.uname().machine``; ``host`` names it in the error, default its node name).
+    userland, :func:`userland_machine`; ``host`` names it in the error, default its node name).
     """
     pin = normalize_sha256(sha256, f"sha256 for {dest}")
     require_one_of = list(require_one_of or [])
@@ -813,12 +937,11 @@ def install(
         if missing:
             what = archive or src_dir
             raise LayoutError(f"{what}: no executable {', '.join(missing)} in it; nothing was installed")
-        uname = os.uname()
         check_architecture(
             stage,
             require_one_of + require,
-            machine or uname.machine,
-            host or uname.nodename,
+            machine or userland_machine(),
+            host or os.uname().nodename,
             (info or {}).get("flavour", "?"),
         )
         record = dict(info or {})

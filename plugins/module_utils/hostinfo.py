@@ -903,8 +903,13 @@ def llama_cpp_verdict(
     glibc: Optional[str],
     accelerators: Sequence[Dict[str, Any]],
     min_glibc: str = RELEASE_MIN_GLIBC,
+    kernel_arch: Optional[str] = None,
 ) -> Dict[str, Any]:
-    """Which llama.cpp build runs here: a release asset flavour, ``source``, or nothing."""
+    """Which llama.cpp build runs here: a release asset flavour, ``source``, or nothing.
+
+    ``arch`` is the userland's (its C library's), which decides: a 32-bit ARM userland on a 64-bit
+    kernel (``kernel_arch`` aarch64) builds from source, as llama.cpp publishes no 32-bit ARM release.
+    """
     asset_arch = RELEASE_ASSET_ARCH.get(arch)
     if asset_arch:
         if libc != "glibc" or glibc is None:
@@ -939,11 +944,22 @@ def llama_cpp_verdict(
             "reason": "%s with glibc %s >= %s" % (arch, glibc, min_glibc),
         }
     if arch in SOURCE_ARCHES:
+        reason = (
+            "no release asset for %s (llama.cpp's Linux releases are x64 and arm64 only): build from source"
+            % arch
+        )
+        if arch.startswith("arm") and kernel_arch == "aarch64":
+            # Raspberry Pi OS 32-bit on its 64-bit kernel: uname says aarch64, every program is armhf.
+            reason = (
+                "32-bit ARM userland (%s) on a 64-bit aarch64 kernel: llama.cpp publishes no 32-bit ARM "
+                "release, and ubuntu-arm64 cannot run on this userland: build from source (or install "
+                "the 64-bit OS for ubuntu-arm64)" % arch
+            )
         return {
             "status": "source",
             "flavour": "source",
             "flavours": ["source"],
-            "reason": "no release asset for %s: build from source" % arch,
+            "reason": reason,
         }
     return {
         "status": "unsupported",
@@ -1151,7 +1167,9 @@ def probe(
         "disk_free_mib": disk_free_mib(tree, disk_path),
     }
     fact["backends"] = {
-        "llama_cpp": llama_cpp_verdict(arch, libc["libc"], libc["glibc"], accelerators, min_glibc),
+        "llama_cpp": llama_cpp_verdict(
+            arch, libc["libc"], libc["glibc"], accelerators, min_glibc, kernel_arch
+        ),
         "vllm_cpu": vllm_cpu_verdict(arch, isa),
     }
     if run is None:

@@ -26,6 +26,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
+import binascii
 import contextlib
 import hashlib
 import http.client
@@ -38,6 +40,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from urllib.error import HTTPError, URLError
 from urllib.parse import quote, urljoin, urlsplit
 from urllib.request import HTTPHandler, HTTPRedirectHandler, HTTPSHandler, Request, build_opener
+
+from ansible_collections.llmfleet.cluster.plugins.module_utils.artifacts import (
+    RPC_HEADER,
+    ArtifactError,
+    rpc_proto_from_header,
+)
 
 SCHEMA = 1
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -403,6 +411,43 @@ def _downloaded(http, url, source, cap, previous) -> Dict[str, Any]:
     return {"sha256": sha, "size": size, "sha256_from": "downloaded"}
 
 
+def llama_cpp_rpc_proto(http: Http, api: str, repo: str, tag: str, max_json: int) -> Optional[str]:
+    """The RPC protocol version of release ``tag``'s source: its ``ggml/include/ggml-rpc.h``, read
+    through GitHub's contents API (``GET /repos/R/contents/P?ref=T``: a JSON object whose
+    ``content`` is the file in base64). Every asset of a release is built from that one commit, so
+    it is every flavour's version. None when the tag has no such file (older trees) or the header
+    declares no version (builds from before the versioned HELLO).
+    """
+    url = f"{api.rstrip('/')}/repos/{repo}/contents/{RPC_HEADER}?ref={quote(tag, safe='')}"
+    source = f"GitHub API, {RPC_HEADER} of {repo} at {tag}"
+    answer = http.request(
+        url,
+        source,
+        max_json,
+        headers={"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"},
+    )
+    if answer.status == 404:
+        return None
+    if answer.status != 200:
+        raise _http_error(source, answer)
+    try:
+        data = json.loads(answer.body.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise LockError(f"{source} ({url}): the answer is not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("type") != "file" or data.get("encoding") != "base64":
+        shown = (
+            {k: data.get(k) for k in ("type", "encoding")} if isinstance(data, dict) else type(data).__name__
+        )
+        raise LockError(f"{source} ({url}): not a file in base64 ({shown})")
+    try:
+        text = base64.b64decode("".join(str(data.get("content") or "").split()), validate=True)
+        return rpc_proto_from_header(text.decode("utf-8", errors="replace"), f"{source} ({url})")
+    except (binascii.Error, ValueError) as exc:
+        raise LockError(f"{source} ({url}): the content is not base64 ({exc})") from None
+    except ArtifactError as exc:
+        raise LockError(str(exc)) from None
+
+
 def lock_llama_cpp(
     http: Http,
     api: str,
@@ -457,6 +502,11 @@ def lock_llama_cpp(
                 http, asset_url, f"{what}, asset {asset['name']}", max_download, old.get(flavour)
             )
         entries[flavour] = dict(entry, url=asset_url, hosts=hosts)
+    if entries:
+        rpc_proto = llama_cpp_rpc_proto(http, api, repo, build, max_json)
+        if rpc_proto:
+            for entry in entries.values():
+                entry.update(rpc_proto=rpc_proto, rpc_proto_from=f"{RPC_HEADER} at {build}")
     return {"repo": repo, "build": build, "releases": {build: entries}}
 
 
@@ -666,9 +716,10 @@ def summary(lock: Mapping[str, Any]) -> List[str]:
     for part, key in (("llama_cpp", "build"), ("k3s", "version")):
         section = lock.get(part) or {}
         for flavour, entry in sorted(((section.get("releases") or {}).get(section.get(key)) or {}).items()):
+            rpc = f", RPC protocol {entry['rpc_proto']}" if entry.get("rpc_proto") else ""
             lines.append(
                 f"{part} {section.get(key)} {flavour}: sha256 {entry['sha256'][:16]}... "
-                f"({entry['sha256_from']}) for {', '.join(entry.get('hosts') or [])}"
+                f"({entry['sha256_from']}{rpc}) for {', '.join(entry.get('hosts') or [])}"
             )
     model = lock.get("model")
     if model:

@@ -17,6 +17,10 @@ description:
     the hosts need (O(llama_cpp_needs), host -> flavour) by the asset's C(digest). An asset without
     a digest, and the source tarball (flavour C(source)), are downloaded and hashed once
     (C(sha256_from=downloaded)); O(previous) carries those hashes to the next run.
+  - Records the release's llama.cpp RPC protocol version in every entry (C(rpc_proto), for example
+    C(7.0.0), and C(rpc_proto_from)), read from the tag's C(ggml/include/ggml-rpc.h) through the
+    contents API (C(GET /repos/<repo>/contents/ggml/include/ggml-rpc.h?ref=<tag>)); every asset of a
+    release is built from that commit. A tag without the file or without the version records none.
   - Reads k3s's C(sha256sum-<arch>.txt) for each architecture of O(k3s_needs) and checks it against
     GitHub's digest of the binary; a disagreement refuses both.
   - Resolves the Hugging Face revision of O(model) to its commit with one C(HEAD) of the resolve URL

@@ -28,6 +28,7 @@ Tests change the state (``Fake.releases``, ``Fake.tampered``, ``Fake.padding``) 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -56,6 +57,8 @@ class Fake:
     # (repo, tag) -> assets; (repo, tag) -> source tarball bytes
     releases: dict[tuple[str, str], list[Asset]] = field(default_factory=dict)
     tarballs: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    # (repo, tag) -> {path in the tree: bytes}: what the contents API answers for the tag
+    sources: dict[tuple[str, str], dict[str, bytes]] = field(default_factory=dict)
     # HF: repo -> {branch or commit -> commit}; (repo, commit, file) -> file
     hf_refs: dict[str, dict[str, str]] = field(default_factory=dict)
     hf_files: dict[tuple[str, str, str], HfFile] = field(default_factory=dict)
@@ -181,6 +184,28 @@ class _Handler(BaseHTTPRequestHandler):
                     },
                 )
             return self._json(200, fake.release_json(repo, tag), {"X-RateLimit-Remaining": "59"})
+        m = re.match(r"^/api/repos/([^/]+/[^/]+)/contents/(.+)$", path)
+        if m:
+            # docs.github.com "Get repository content": a file is {type: file, encoding: base64,
+            # content: base64 in lines of 60 characters, ...}; ?ref= names the tag.
+            ref = unquote((re.search(r"(?:^|&)ref=([^&]*)", urlsplit(self.path).query) or [None, ""])[1])
+            name = unquote(m.group(2))
+            data = fake.sources.get((m.group(1), ref), {}).get(name)
+            if data is None:
+                return self._json(404, {"message": "Not Found", "status": "404"})
+            encoded = base64.b64encode(data).decode()
+            return self._json(
+                200,
+                {
+                    "type": "file",
+                    "encoding": "base64",
+                    "size": len(data),
+                    "name": name.rsplit("/", 1)[-1],
+                    "path": name,
+                    "sha": _git_blob_sha1(data),
+                    "content": "\n".join(encoded[i : i + 60] for i in range(0, len(encoded), 60)) + "\n",
+                },
+            )
         m = re.match(r"^/api/repos/([^/]+/[^/]+)/tarball/([^/]+)$", path)
         if m:
             repo, tag = m.group(1), unquote(m.group(2))

@@ -155,3 +155,64 @@ def test_a_head_with_a_gpu_gets_its_layers_on_it_and_plan_md_a_row_per_device(tm
     (gpu,) = [d for d in plan["speed"]["hosts"][0]["devices"] if d["name"] == "Vulkan0"]
     assert (gpu["layers"], gpu["ms_per_layer"], gpu["priced"]) == (18, 0.25, "measured")
     assert "| head1 | Vulkan0 | 18 | 0.25 | measured |" in md
+
+
+def _mixed_inventory(tmp_path, head_proto, worker_proto):
+    """The what-if fleet with an x86_64 head and arm64 workers, each host's flavour from its probe,
+    and one release table whose two flavours record these RPC protocol versions."""
+    import yaml
+
+    with open(INVENTORY, encoding="utf-8") as handle:
+        inventory = yaml.safe_load(handle)
+    groups = inventory["all"]["children"]
+    groups["llm_head"]["hosts"]["head1"]["llmfleet_host"]["backends"]["llama_cpp"] = {
+        "status": "release",
+        "flavour": "ubuntu-x64",
+    }
+    for worker in groups["llm_workers"]["hosts"].values():
+        worker["llmfleet_host"] = dict(
+            worker["llmfleet_host"],
+            arch="aarch64",
+            backends=dict(
+                worker["llmfleet_host"]["backends"],
+                llama_cpp={"status": "release", "flavour": "ubuntu-arm64"},
+            ),
+        )
+    url = "https://mirror.example/llama-b6000-bin-{}.tar.gz"
+    inventory["all"]["vars"]["llama_cpp_build"] = "b6000"
+    inventory["all"]["vars"]["llama_cpp_releases"] = {
+        "b6000": {
+            flavour: {"url": url.format(flavour), "sha256": "ab" * 32, "rpc_proto": proto}
+            for flavour, proto in (("ubuntu-x64", head_proto), ("ubuntu-arm64", worker_proto))
+        }
+    }
+    path = tmp_path / "mixed.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    return str(path)
+
+
+def test_plan_refuses_builds_of_different_rpc_protocols_before_anything(tmp_path):
+    env = dict(os.environ, LLMFLEET_TEST_MODEL=GEMMA, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", os.path.join(CACHE, "collections"))
+    for head_proto, worker_proto, refused in (("7.0.0", "8.0.0", True), ("7.1.0", "7.0.0", False)):
+        out = tmp_path / f"{head_proto}-{worker_proto}"
+        cmd = ["ansible-playbook", os.path.join(ROOT, "playbooks", "plan.yml")]
+        cmd += [
+            "-i",
+            _mixed_inventory(tmp_path, head_proto, worker_proto),
+            "-e",
+            f"llmfleet_output_dir={out}",
+        ]
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+        if refused:
+            assert result.returncode != 0
+            assert "do not speak one RPC protocol" in result.stdout
+            assert "head head1 (ubuntu-x64, b6000): 7.0.0" in result.stdout
+            assert "worker w1 (ubuntu-arm64, b6000): 8.0.0" in result.stdout
+            assert "worker w3 (ubuntu-arm64, b6000): 8.0.0" in result.stdout
+            assert not (out / "plan.json").exists()
+            recap = result.stdout.split("PLAY RECAP")[-1].splitlines()
+            assert "failed=0" in next(line for line in recap if line.startswith("w1 "))  # refused by the plan
+        else:  # an older minor on the workers: llama-server accepts it
+            assert result.returncode == 0, result.stdout[-3000:]
+            assert json.loads((out / "plan.json").read_text())["workers"] == ["w3"]

@@ -67,7 +67,7 @@ def test_recorded_hosts_holds_every_tree_once_per_process() -> None:
     root = host_trees.recorded_hosts()
     assert host_trees.recorded_hosts() is root
     assert sorted(p.name for p in root.iterdir()) == host_trees.tree_names()
-    assert len(host_trees.tree_names()) == 21
+    assert len(host_trees.tree_names()) == 22
 
 
 def test_an_unknown_tree_is_refused(tmp_path: Path) -> None:

@@ -71,6 +71,7 @@ def test_select_release_returns_a_checked_entry() -> None:
         "sha256": PIN,
         "asset": "llama-b6000-bin-ubuntu-x64.tar.gz",
         "source": False,
+        "rpc_proto": None,  # the table records none
     }
     src = A.select_release(TABLE, "b6000", "source", "nas")
     assert src["source"] is True

@@ -175,6 +175,25 @@ EXPECTED = {
         "cpu_model": "ARM Cortex-A72",
         "os": ("raspbian", "11"),
     },
+    # 32-bit Raspberry Pi OS 12 on the 64-bit kernel: kernel.arch aarch64, an armhf (EM_ARM) libc.
+    "rpi4-armhf": {
+        "arch": "armv7l",
+        "kube_arch": "arm",
+        "isa": ["neon"],
+        "cpus": 4,
+        "numa_nodes": 1,
+        "available": 7040,
+        "limit": None,
+        "usable": 7040,
+        "glibc": "2.36",
+        "llama_cpp": ("source", "source"),  # no 32-bit ARM release; ubuntu-arm64 cannot run here
+        "vllm_cpu": ("unsupported", None),
+        "default_ipv4": "192.168.1.62",
+        "addresses": {"eth0": ["192.168.1.62"]},
+        "gpus": [],
+        "cpu_model": "ARM Cortex-A72",
+        "os": ("raspbian", "12"),
+    },
     "rpi5": {
         "arch": "aarch64",
         "kube_arch": "arm64",
@@ -940,6 +959,17 @@ def test_qemu_user_arm64_userland_on_x86_kernel_gets_arm64_build(tmp_path: Path)
     assert fact["backends"]["llama_cpp"]["flavour"] == "ubuntu-arm64"
 
 
+def test_x86_64_userland_on_an_arm64_kernel_gets_the_x86_build(tmp_path: Path) -> None:
+    # The other way round (qemu-user x86_64 on an arm64 machine): the x86_64 libc decides.
+    root = _copy(tmp_path, "graviton3")
+    libc = root / "usr" / "lib" / "aarch64-linux-gnu" / "libc.so.6"
+    libc.write_bytes(_elf_header(62, 2) + libc.read_bytes()[20:])
+    fact = hostinfo.probe(str(root))
+    assert (fact["kernel_arch"], fact["arch"]) == ("aarch64", "x86_64")
+    assert fact["backends"]["llama_cpp"]["flavour"] == "ubuntu-x64"
+    assert "arm64" not in " ".join(fact["backends"]["llama_cpp"]["flavours"])
+
+
 def test_elf_machine_reads_class_and_machine() -> None:
     assert hostinfo.elf_machine(_elf_header(62, 2)) == "x86_64"
     assert hostinfo.elf_machine(_elf_header(183, 2)) == "aarch64"
@@ -947,6 +977,30 @@ def test_elf_machine_reads_class_and_machine() -> None:
     assert hostinfo.elf_machine(_elf_header(0, 2)) is None  # recorded trees' stand-in headers
     assert hostinfo.elf_machine(b"#!/bin/sh\n" + bytes(20)) is None
     assert hostinfo.elf_machine(b"\x7fELF") is None
+
+
+def test_recorded_32bit_pi_os_on_the_64bit_kernel_builds_from_source_and_says_why(facts: dict) -> None:
+    # The recorded tree as it is: kernel.arch aarch64, the armhf C library's ELF header (EM_ARM).
+    fact = facts["rpi4-armhf"]
+    assert (fact["kernel_arch"], fact["arch"]) == ("aarch64", "armv7l")
+    llama = fact["backends"]["llama_cpp"]
+    assert (llama["status"], llama["flavour"], llama["flavours"]) == ("source", "source", ["source"])
+    assert llama["reason"].startswith("32-bit ARM userland (armv7l) on a 64-bit aarch64 kernel")
+    assert "no 32-bit ARM release" in llama["reason"] and "ubuntu-arm64 cannot run" in llama["reason"]
+    assert hostinfo.summary(fact).endswith("llama_cpp=source  vllm_cpu=unsupported")
+    # A 32-bit kernel says only that no release fits this architecture.
+    assert facts["rpi4"]["backends"]["llama_cpp"]["reason"].startswith("no release asset for armv7l")
+
+
+def test_the_release_assets_have_no_32bit_arm_flavour() -> None:
+    # llama.cpp's Linux release assets (../shared/facts/llama-cpp-rpc.md, "Release tarballs"):
+    # ubuntu-x64, ubuntu-arm64, ubuntu-vulkan-x64, ubuntu-vulkan-arm64, ubuntu-rocm-7.2-x64. No armhf:
+    # the probe never names a release flavour for a 32-bit ARM userland, whatever its kernel.
+    for arch in ("armv7l", "armv8l", "armv6l"):
+        assert hostinfo.release_flavour(arch) is None
+        for kernel in (arch, "aarch64"):
+            verdict = hostinfo.llama_cpp_verdict(arch, "glibc", "2.36", [], kernel_arch=kernel)
+            assert verdict["flavour"] in ("source", None) and verdict["flavours"] in (["source"], [])
 
 
 def test_32bit_arm_userland_on_64bit_kernel_never_gets_arm64_build(tmp_path: Path) -> None:
@@ -958,5 +1012,5 @@ def test_32bit_arm_userland_on_64bit_kernel_never_gets_arm64_build(tmp_path: Pat
     libc.write_bytes(_elf_header(40, 1) + libc.read_bytes()[20:])
     fact = hostinfo.probe(str(root))
     assert (fact["kernel_arch"], fact["arch"]) == ("aarch64", "armv7l")
-    assert fact["backends"]["llama_cpp"]["flavour"] in ("source", None)
+    assert fact["backends"]["llama_cpp"]["flavour"] == "source"
     assert "arm64" not in " ".join(fact["backends"]["llama_cpp"]["flavours"])
