@@ -4,12 +4,10 @@
 #   setup       the tools and every artifact (make setup: venv, podman, host image, llama.cpp,
 #               models, the vLLM venv and model; each from the artifact cache when built before)
 #   lint unit docs-check gates manifests build-check browser molecule demo-check
-#   demo-mixed-check  the mixed fleet: an arm64 worker under qemu-user (its image and llama.cpp build
-#               from the artifact cache: make arm64-images arm64-artifacts)
 # MAKE_TEST_PARTS="lint unit" runs only those (in the order above).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-parts=(setup lint unit docs-check gates manifests build-check browser molecule demo-check demo-mixed-check)
+parts=(setup lint unit docs-check gates manifests build-check browser molecule demo-check)
 if [[ -n ${MAKE_TEST_PARTS:-} ]]; then
   wanted=" $MAKE_TEST_PARTS "
   chosen=()
