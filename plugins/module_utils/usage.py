@@ -578,8 +578,10 @@ def device_buffers(
     the plan is named after (``CPU_Mapped``, ``CPU_REPACK``, ``Vulkan_Host``, ``CUDA_Host``: the
     weights llama.cpp keeps in the head's RAM, its pinned staging memory) are the head's CPU's;
     an RPC buffer of no planned device is a failure. Reported MiB: model + KV + compute + output
-    (the logits buffer, on the head's CPU). Without a buffer report (no log read) or without
-    devices in the plan (version 1), nothing is checked.
+    (the logits buffer, on the head's CPU). A device whose weights are mmapped (``CPU_Mapped``:
+    llama.cpp reports the file range it maps, not memory) is checked on KV + compute + output
+    against the predicted KV + compute, its weights shown, not compared. Without a buffer report
+    (no log read) or without devices in the plan (version 1), nothing is checked.
     """
     hosts = plan.get("hosts")
     if not buffers or not isinstance(hosts, list):
@@ -617,12 +619,27 @@ def device_buffers(
             continue
         total = reported.setdefault(index, {})
         for kind, mib in kinds.items():
-            total[kind] = round(total.get(kind, 0.0) + float(mib), 2)
+            key = "mapped" if kind == "model" and name.endswith("_Mapped") else kind
+            total[key] = round(total.get(key, 0.0) + float(mib), 2)
     rows = []  # type: List[Dict[str, object]]
     for i, (host, d) in enumerate(devices):
         predicted = d.get("predicted_mib") or {}
         planned = float(predicted.get("total") or 0.0) if isinstance(predicted, Mapping) else 0.0
         got = reported.get(i)
+        mapped = None  # type: Optional[float]
+        by_kind = isinstance(predicted, Mapping) and ("kv" in predicted or "compute" in predicted)
+        if got and "mapped" in got and not by_kind:
+            got = dict(got)
+            got["model"] = round(got.get("model", 0.0) + got.pop("mapped"), 2)
+        if got and "mapped" in got:
+            # mmapped weights: llama.cpp reports the file range it maps (from the first to the last
+            # tensor it keeps), not memory, and copies out of it (CPU_REPACK) are weights too: the
+            # weights are not compared, the rest (KV, compute, output) against KV + compute.
+            got = dict(got)
+            mapped = got.pop("mapped")
+            got.pop("model", None)
+            if isinstance(predicted, Mapping):
+                planned = float(predicted.get("kv") or 0.0) + float(predicted.get("compute") or 0.0)
         layers = d.get("layers") or [0, 0]
         has_layers = isinstance(layers, (list, tuple)) and len(layers) == 2 and layers[1] > layers[0]
         total = round(sum(got.values()), 2) if got else None
@@ -637,6 +654,7 @@ def device_buffers(
             "reported_total_mib": total,
             "predicted_mib": planned,
             "goal_mib": [round(low, 2), round(high, 2)],
+            "mapped_mib": mapped,
             "ok": total is not None and low <= planned <= high,
         }  # type: Dict[str, object]
         if total is None:
@@ -674,7 +692,8 @@ def render_device_table(rows: Sequence[Mapping[str, object]]) -> str:
                 str(row["device"]),
                 str(row["report_name"]),
                 "%s-%s" % (layers[0], layers[1] - 1) if layers[1] > layers[0] else "-",  # type: ignore[index,operator]
-                _fmt(row.get("reported_total_mib"), "%.1f"),
+                _fmt(row.get("reported_total_mib"), "%.1f")
+                + ("" if row.get("mapped_mib") is None else " +%.1f mapped" % row["mapped_mib"]),  # type: ignore[operator]
                 _fmt(row.get("predicted_mib"), "%.1f"),
                 "%.1f-%.1f" % (band[0], band[1]),  # type: ignore[index]
                 "yes" if row.get("ok") else "NO",

@@ -278,3 +278,60 @@ def test_a_wrong_attribution_of_the_tiny_split_fails() -> None:
     assert len(failures) == 1
     assert failures[0].startswith(f"w device CPU (RPC0[{EP}]): llama.cpp reports 14.9 MiB")
     assert "the plan predicts 12.3 MiB: outside the goal [14.2, 33.2]" in failures[0]
+
+
+def test_mmapped_weights_are_shown_not_compared_the_rest_is() -> None:
+    """The demo's head (SmolLM2 Q4_1, layers 0-20 on the head's CPU, 21-29 on three RPC workers, the
+    pinned build): CPU_Mapped reports the 92.10 MiB file range it maps, above the 73.08 MiB of
+    weights the head holds; KV + compute + output (80.70) are compared with KV + compute (81.75)."""
+    report = "\n".join(
+        [
+            "load_tensors:   CPU_Mapped model buffer size =    92.10 MiB",
+            "load_tensors: RPC0[127.0.0.1:50611] model buffer size =     4.23 MiB",
+            "llama_context:        CPU  output buffer size =     0.19 MiB",
+            "llama_kv_cache:        CPU KV buffer size =    63.00 MiB",
+            "llama_kv_cache: RPC0[127.0.0.1:50611] KV buffer size =     6.00 MiB",
+            "sched_reserve: RPC0[127.0.0.1:50611] compute buffer size =    15.26 MiB",
+            "sched_reserve:        CPU compute buffer size =    17.51 MiB",
+        ]
+    )
+    cpu = {"weights": 73.08, "kv": 63.0, "compute": 18.75, "total": 154.83}
+    w = {"weights": 4.23, "kv": 6.0, "compute": 16.5, "total": 26.73}
+    plan = {
+        "head": "head",
+        "hosts": [
+            {
+                "name": "head",
+                "role": "head",
+                "devices": [
+                    {
+                        "name": "CPU",
+                        "report_name": "CPU",
+                        "backend": "cpu",
+                        "layers": [0, 21],
+                        "predicted_mib": cpu,
+                    }
+                ],
+            },
+            {
+                "name": "w",
+                "role": "worker",
+                "devices": [
+                    {
+                        "name": "CPU",
+                        "report_name": "RPC0[127.0.0.1:50611]",
+                        "backend": "cpu",
+                        "layers": [21, 23],
+                        "predicted_mib": w,
+                    }
+                ],
+            },
+        ],
+    }
+    rows, failures = usage.device_buffers(plan, usage.parse_buffer_report(report))
+    assert failures == []
+    assert rows[0]["mapped_mib"] == pytest.approx(92.10)
+    assert rows[0]["reported_total_mib"] == pytest.approx(80.70)
+    assert rows[0]["predicted_mib"] == pytest.approx(81.75)
+    assert rows[1]["mapped_mib"] is None and rows[1]["reported_total_mib"] == pytest.approx(25.49)
+    assert "+92.1 mapped" in usage.render_device_table(rows)
