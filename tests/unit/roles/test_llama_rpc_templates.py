@@ -340,3 +340,52 @@ def test_a_cpu_plan_renders_todays_worker_line_and_sandbox() -> None:
     unit = render("systemd/llmfleet-rpc-server.service.j2", "w1")
     assert " -d " not in unit and directive(unit, "PrivateDevices") == ["true"]
     assert not directive(unit, "DevicePolicy")
+
+
+VULKAN_RPC_SERVER = ROOT / ".cache" / "llama.cpp-vulkan" / "bin" / "ggml-rpc-server"
+LAVAPIPE = list(Path("/usr/share/vulkan/icd.d").glob("lvp_icd*.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not VULKAN_RPC_SERVER.is_file(), reason="no Vulkan build in .cache/llama.cpp-vulkan")
+@pytest.mark.skipif(not LAVAPIPE, reason="no Mesa lavapipe (mesa-vulkan-drivers)")
+def test_the_rendered_worker_line_serves_the_planned_devices_for_real() -> None:
+    """The unit's own ExecStart and Environment= run the pinned Vulkan build (lavapipe): its
+    rpc-server lists Vulkan0 then CPU, the plan's order (loopback, a few seconds)."""
+    import shlex
+    import socket
+    import threading
+
+    unit = render("systemd/llmfleet-rpc-server.service.j2", "desktop", {"llmfleet_plan": _gpu_plan(), **GPU})
+    (exec_start,) = directive(unit, "ExecStart")
+    argv = shlex.split(exec_start)
+    argv[0] = str(VULKAN_RPC_SERVER)
+    argv[argv.index("--host") + 1] = "127.0.0.1"
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        argv[argv.index("--port") + 1] = str(free.getsockname()[1])
+    argv.remove("--cache")  # the unit's cache dir is not here
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_")}
+    env.update(
+        e.partition("=")[::2] for e in directive(unit, "Environment") if not e.startswith("LLAMA_CACHE=")
+    )
+    env["LD_LIBRARY_PATH"] = str(VULKAN_RPC_SERVER.parent)
+    proc = subprocess.Popen(
+        ["stdbuf", "-oL", "-eL", *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines = []
+    timer = threading.Timer(60, proc.kill)
+    timer.start()
+    try:
+        for line in proc.stdout:  # it prints its devices, then serves until stopped
+            lines.append(line)
+            if "transport" in line:
+                break
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait()
+    out = "".join(lines)
+    served = [line.strip() for line in out.partition("Devices:")[2].splitlines() if line.strip()]
+    listed = [line.split(":")[0] for line in served[:2]]
+    assert listed == ["Vulkan0", "CPU"], out
