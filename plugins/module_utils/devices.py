@@ -77,6 +77,7 @@ def output_limit(key: str) -> int:
     """Bytes of a COMMANDS key's output that are read."""
     return OUTPUT_LIMITS.get(key, OUTPUT_LIMIT)
 
+
 # amdgpu's gpu_metrics table: format revision 1 is a discrete GPU's, 2 and 3 an APU's
 # (drivers/gpu/drm/amd/include/kgd_pp_interface.h, gpu_metrics_v1_x / v2_x / v3_x).
 AMD_APU_METRICS_REVISIONS = (2, 3)
@@ -193,7 +194,9 @@ def parse_vulkaninfo(text: str, source: str = "vulkaninfo") -> List[Dict[str, An
     ``usage``) and flags. Lines before that part (instance, layers, surfaces) are skipped.
     """
     lines = text[: OUTPUT_LIMITS["vulkaninfo"]].splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == "Device Properties and Extensions:"), None)
+    start = next(
+        (i for i, line in enumerate(lines) if line.strip() == "Device Properties and Extensions:"), None
+    )
     if start is None:
         raise DeviceError("cannot parse %s: no 'Device Properties and Extensions:' part" % source)
     found: List[Dict[str, Any]] = []
@@ -211,7 +214,9 @@ def parse_vulkaninfo(text: str, source: str = "vulkaninfo") -> List[Dict[str, An
         if field and current[{"deviceType": "type", "deviceName": "description"}[field.group(1)]] is None:
             if field.group(1) == "deviceType":
                 if field.group(2) not in _VK_TYPES:
-                    raise DeviceError("cannot parse %s: GPU%d deviceType %r" % (source, current["index"], field.group(2)))
+                    raise DeviceError(
+                        "cannot parse %s: GPU%d deviceType %r" % (source, current["index"], field.group(2))
+                    )
                 current["type"] = _VK_TYPES[field.group(2)]
             else:
                 current["description"] = field.group(2)
@@ -230,7 +235,9 @@ def parse_vulkaninfo(text: str, source: str = "vulkaninfo") -> List[Dict[str, An
                 heap = None
     for number, gpu in enumerate(found):
         if gpu["index"] != number or gpu["type"] is None or gpu["description"] is None:
-            raise DeviceError("cannot parse %s: GPU%d lacks its deviceType or deviceName" % (source, gpu["index"]))
+            raise DeviceError(
+                "cannot parse %s: GPU%d lacks its deviceType or deviceName" % (source, gpu["index"])
+            )
         if not gpu["heaps"] or any(h["size"] is None for h in gpu["heaps"]):
             raise DeviceError("cannot parse %s: GPU%d lacks its memory heaps' sizes" % (source, gpu["index"]))
     return found

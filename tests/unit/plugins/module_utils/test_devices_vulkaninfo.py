@@ -97,9 +97,9 @@ def test_llamas_rule_skips_lavapipe_unless_ggml_vk_visible_devices_names_it() ->
         (LAVAPIPE / "GGML-VK-VISIBLE-DEVICES-0-llama-server-list-devices.txt").read_text()
     )
     predicted = dev.from_vulkaninfo(found, "0", 4096)
-    assert [(d["name"], d["description"], d["memory_total_mib"], d["memory_free_mib"]) for d in predicted] == [
-        (e["name"], e["description"], e["total_mib"], e["free_mib"]) for e in listed
-    ]
+    assert [
+        (d["name"], d["description"], d["memory_total_mib"], d["memory_free_mib"]) for d in predicted
+    ] == [(e["name"], e["description"], e["total_mib"], e["free_mib"]) for e in listed]
     assert (predicted[0]["type"], predicted[0]["uma"], predicted[0]["source"]) == ("gpu", True, "vulkaninfo")
     # its memory is the host's: never more than the host's usable memory
     assert dev.from_vulkaninfo(found, "0", 900)[0]["memory_free_mib"] == 900
@@ -167,9 +167,13 @@ def test_the_probe_predicts_the_chosen_vulkan_flavours_lavapipe_as_the_build_lis
     env = {"GGML_VK_VISIBLE_DEVICES": "0"}
     fact = hostinfo.probe(str(root), run=runner(root, VULKANINFO), flavour="ubuntu-vulkan-x64", env=env)
     assert fact["backends"]["llama_cpp"]["flavour"] == "ubuntu-x64"  # the verdict is unchanged
-    assert fact["devices_source"] == "predicted for the ubuntu-vulkan-x64 build (vulkan backend) from vulkaninfo"
+    assert (
+        fact["devices_source"] == "predicted for the ubuntu-vulkan-x64 build (vulkan backend) from vulkaninfo"
+    )
     installed = hostinfo.probe(str(root))  # the recorded listing of the installed Vulkan build
-    assert [dict(d, source=None) for d in fact["devices"]] == [dict(d, source=None) for d in installed["devices"]]
+    assert [dict(d, source=None) for d in fact["devices"]] == [
+        dict(d, source=None) for d in installed["devices"]
+    ]
     assert [d["name"] for d in fact["devices"]] == ["Vulkan0", "CPU"]
     assert hostinfo.check_given(fact) == []
     # without the variable, llama.cpp would skip lavapipe: the CPU alone
