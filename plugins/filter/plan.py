@@ -4,7 +4,8 @@
 """Filters of the plan stage (roles/plan; docs/planner.md, docs/plan-format.md).
 
 ``plan`` is the role's computation in one step; ``plan_hosts``, ``plan_keep`` and
-``plan_placement`` are its parts, for what-if planning and the tests. Thin wrappers over
+``plan_placement`` are its parts, for what-if planning and the tests; ``plan_serving`` is what a
+host's llama.cpp process needs for the devices the plan gave it (the llama_rpc role's units). Thin wrappers over
 plugins/plugin_utils/plan_step.py. Each filter's documentation is its sidecar file beside this
 one (plugins/filter/<name>.yml: ``ansible-doc -t filter llmfleet.cluster.<name>``).
 """
@@ -15,8 +16,9 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils import plan_step
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import device_serving, plan_step
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import DEFAULT_RPC_PORT
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import PlanError
 
 
 def _warn(plan):
@@ -101,6 +103,13 @@ def plan_placement(
     return got
 
 
+def plan_serving(plan, host, flavour=None, env=None):
+    try:
+        return device_serving.serving(plan, str(host), flavour or None, env)
+    except (device_serving.ServingError, PlanError) as err:
+        raise AnsibleFilterError(str(err)) from err
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -108,4 +117,5 @@ class FilterModule(object):
             "plan_hosts": plan_hosts,
             "plan_keep": plan_keep,
             "plan_placement": plan_placement,
+            "plan_serving": plan_serving,
         }

@@ -17,6 +17,7 @@ description:
     C(llmfleet_output_dir) V(build), C(llmfleet_render_only) V(false), C(llmfleet_kubeconfig) V(''),
     C(llmfleet_tls) V(true) when C(chat_ui_password) is set else V(false), C(llmfleet_wireguard) V(true), C(llmfleet_site_verify) V(true),
     C(llmfleet_dedicated) V(false), C(llmfleet_node_labels) V({}), C(llmfleet_node_taints) V([]),
+    C(llmfleet_llama_cpp_env) V({}),
     C(llmfleet_model) V({}), C(llmfleet_context) V(4096), C(llmfleet_parallel) V(1),
     C(llmfleet_cache_type_k) V(f16), C(llmfleet_cache_type_v) V(f16), C(llmfleet_min_workers) V(0),
     C(llmfleet_head_layers) V(true), C(llmfleet_output_layer) V(auto), C(llmfleet_plan_objective) V(auto),

@@ -51,6 +51,9 @@ SETTINGS: Dict[str, Setting] = {
     "llmfleet_dedicated": Setting(False),
     "llmfleet_node_labels": Setting({}),
     "llmfleet_node_taints": Setting([]),
+    # The environment of every llama.cpp process on a host (the probe's device listing, rpc-server,
+    # llama-server), e.g. {GGML_VK_VISIBLE_DEVICES: "0"} for lavapipe (docs/vulkan.md).
+    "llmfleet_llama_cpp_env": Setting({}),
     # the model and the plan
     "llmfleet_model": Setting({}),
     "llmfleet_context": Setting(4096),

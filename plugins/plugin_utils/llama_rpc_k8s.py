@@ -24,6 +24,7 @@ import os
 import re
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.hostinfo import KUBE_ARCH, release_flavour
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_serving import k8s_problems
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, parse
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.targets import SERVERS
 
@@ -153,8 +154,9 @@ def manifest_list(archs):
 
 def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build", pvc_size=""):
     """Everything the templates need, and ``problems`` (empty when the pods can run)."""
-    problems = []
     plan = parse_plan(plan)
+    # GPU devices are served on the systemd target only so far (device_serving.k8s_problems)
+    problems = k8s_problems(plan)
     groups = worker_groups(plan, host_facts)
     head = plan.head.name
     head_arch = kube_arch(host_facts.get(head))

@@ -282,3 +282,58 @@ def test_every_unit_the_vars_name_has_its_template() -> None:
         assert (ROLE / "templates" / "systemd" / (unit + ".j2")).is_file(), unit
     tasks = "".join(p.read_text() for p in (ROLE / "tasks").glob("*.yml"))
     assert "service.j2" not in tasks  # no task names a unit's template by hand
+
+
+def _gpu_plan() -> dict:
+    """A plan from the planner: the CPU NAS heads, the NVIDIA desktop serves Vulkan0 and its CPU."""
+    from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
+
+    from tests.support.host_trees import recorded_hosts
+    from tests.unit.plugins.plugin_utils.test_placement import layout
+
+    root = recorded_hosts()
+    nas = P.host_from_fact("nas", hostinfo.probe(str(root / "celeron-nas")), address="10.9.0.2")
+    desktop = P.host_from_fact("desktop", hostinfo.probe(str(root / "rtx3060-desktop")), address="10.9.0.3")
+    plan = P.plan_llama_cpp(layout(n_layer=60, layer_mib=300), nas, [desktop])
+    return {**plan, "model": {"name": "big", "file": "big.gguf"}}
+
+
+GPU = {"llama_rpc_env": {"GGML_VK_VISIBLE_DEVICES": "0"}, "llama_cpp_flavour": "ubuntu-vulkan-x64"}
+
+
+def test_a_gpu_worker_serves_its_planned_devices_with_their_nodes(tmp_path: Path) -> None:
+    unit = render("systemd/llmfleet-rpc-server.service.j2", "desktop", {"llmfleet_plan": _gpu_plan(), **GPU})
+    (exec_start,) = directive(unit, "ExecStart")
+    assert exec_start.split()[-3:] == ["--cache", "-d", "Vulkan0,CPU"]
+    assert "GGML_VK_VISIBLE_DEVICES=0" in directive(unit, "Environment")
+    assert directive(unit, "PrivateDevices") == ["false"]
+    assert directive(unit, "DevicePolicy") == ["closed"]
+    assert "char-drm rw" in directive(unit, "DeviceAllow")
+    # every other hardening line stays
+    for key in ("NoNewPrivileges", "ProtectSystem", "ProtectKernelModules", "IPAddressDeny"):
+        assert directive(unit, key), key
+    if shutil.which("systemd-analyze"):
+        path = tmp_path / "llmfleet-rpc-server.service"
+        path.write_text(unit.replace("/opt/llmfleet/llama.cpp/current/ggml-rpc-server", "/bin/true"))
+        proc = subprocess.run(
+            ["systemd-analyze", "verify", "--man=no", str(path)], capture_output=True, text=True, check=False
+        )
+        assert not [
+            line
+            for line in (proc.stdout + proc.stderr).splitlines()
+            if "Device" in line or "Environment" in line or "ExecStart" in line
+        ], proc.stderr
+
+
+def test_a_cpu_head_of_a_gpu_fleet_keeps_private_devices() -> None:
+    unit = render("systemd/llmfleet-llama-server.service.j2", "nas", {"llmfleet_plan": _gpu_plan(), **GPU})
+    assert directive(unit, "PrivateDevices") == ["true"]
+    assert not directive(unit, "DeviceAllow")
+    assert "GGML_VK_VISIBLE_DEVICES=0" in directive(unit, "Environment")
+
+
+def test_a_cpu_plan_renders_todays_worker_line_and_sandbox() -> None:
+    unit = render("systemd/llmfleet-rpc-server.service.j2", "w1")
+    assert " -d " not in unit and directive(unit, "PrivateDevices") == ["true"]
+    assert not directive(unit, "DevicePolicy")

@@ -167,3 +167,21 @@ def test_the_plan_is_read_typed_once_and_a_bad_one_is_named() -> None:
     broken = plan(fallbacks=[{"ok": True, "hosts": [{"name": "a", "predicted_mib": "lots"}]}])
     with pytest.raises(PlanError, match=r"fallbacks\[0\]\.hosts\[0\]\.predicted_mib"):
         k.worker_groups(broken, FACTS)
+
+
+def test_a_plan_with_a_gpu_device_is_refused_on_kubernetes_naming_the_host() -> None:
+    """The pods serve CPU devices only so far: a GPU plan is a problem, not a wrong DaemonSet."""
+    p = plan()
+    p["version"] = 2
+    for row in p["hosts"]:
+        row["layers"] = {"head": [0, 0], "a": [0, 2], "b": [2, 4], "pi": [4, 6]}[row["name"]]
+        row["devices"] = [
+            {"name": "CPU", "backend": "cpu", "type": "cpu", "layers": row["layers"], "report_name": "CPU"}
+        ]
+    a = p["hosts"][1]
+    a["devices"] = [
+        {"name": "Vulkan0", "backend": "vulkan", "type": "gpu", "layers": [0, 1], "report_name": "RPC0"},
+        {"name": "CPU", "backend": "cpu", "type": "cpu", "layers": [1, 2], "report_name": "RPC1"},
+    ]
+    problems = k.k8s_facts(p, FACTS, RELEASES, "b1")["problems"]
+    assert [x.split(";")[0] for x in problems] == ["a: the plan puts layers on Vulkan0"]

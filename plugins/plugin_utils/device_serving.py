@@ -1,0 +1,170 @@
+# Copyright: llmfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""How one host's llama.cpp process serves the devices the plan gave it (controller-only, pure).
+
+The plan (plan.json version 2) lists each host's devices in llama.cpp's order. A worker's
+rpc-server must offer exactly that list, in that order: the head's ``--device RPC<n>`` names
+count the devices each endpoint offers (split_rule.rpc_device_names), and an rpc-server of a GPU
+build offers its GPUs and not its CPU unless told (tools/rpc/rpc-server.cpp of the pinned build:
+without ``-d`` it takes the non-CPU devices first and the CPU only when there is none). So a
+worker's rpc-server gets ``-d <its devices>`` whenever the plan gives it a device other than its
+CPU, or its build carries a GPU backend (a GPU build's rpc-server planned on its CPU alone must
+be told ``-d CPU``). A CPU-only host of a CPU build keeps today's command line.
+
+The environment (``llmfleet_llama_cpp_env``, the probe's listing ran under the same one, so the
+plan's device names are the ones these processes see): e.g. ``GGML_VK_VISIBLE_DEVICES: "0"``,
+without which llama.cpp skips a CPU-type Vulkan device (lavapipe; ggml-vulkan.cpp,
+ggml_vk_instance_init).
+
+Device nodes: the units run with ``PrivateDevices=true`` (no /dev/dri, no /dev/nvidia*). A host
+whose plan has a GPU device gets ``PrivateDevices=false`` with ``DevicePolicy=closed`` and the
+device classes of its backends only (``DEVICE_CLASSES``), and its service user joins the groups
+that own those nodes where the host has them (``DEVICE_GROUPS``).
+"""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+import re
+from typing import Any, Dict, List, Mapping, Optional
+
+from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import flavour_backend
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanError, parse
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.systemd_unit import (
+    UnitValueError,
+    quote,
+    quote_words,
+)
+
+# systemd DeviceAllow= classes (/proc/devices names) each backend's process opens: DRM render
+# nodes for Vulkan and ROCm, NVIDIA's nodes for CUDA and for Vulkan on an NVIDIA card, /dev/kfd
+# for ROCm. A class the host's kernel does not have admits nothing.
+DEVICE_CLASSES = {
+    "vulkan": ("char-drm", "char-nvidia-frontend", "char-nvidia-uvm"),
+    "cuda": ("char-nvidia-frontend", "char-nvidia-uvm", "char-nvidia-caps"),
+    "rocm": ("char-drm", "char-kfd"),
+}
+# The groups that own /dev/dri/renderD* and /dev/kfd on Debian/Ubuntu (udev's rules).
+DEVICE_GROUPS = {"vulkan": ("render", "video"), "cuda": (), "rocm": ("render", "video")}
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ServingError(ValueError):
+    """A host's serving settings that cannot be used (names the host and the value)."""
+
+
+def check_env(env: Any, host: str) -> Dict[str, str]:
+    """``llmfleet_llama_cpp_env`` of ``host`` as {NAME: value}, each a line-free string."""
+    if env in (None, ""):
+        return {}
+    if not isinstance(env, Mapping):
+        raise ServingError(
+            "%s: llmfleet_llama_cpp_env must be a mapping of NAME: value, got %r" % (host, env)
+        )
+    out: Dict[str, str] = {}
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise ServingError(
+                "%s: llmfleet_llama_cpp_env: %r is not an environment variable name" % (host, name)
+            )
+        if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+            raise ServingError(
+                "%s: llmfleet_llama_cpp_env.%s must be a string or a number, got %r" % (host, name, value)
+            )
+        text = str(value)
+        if "\n" in text or "\r" in text or "\0" in text:
+            raise ServingError("%s: llmfleet_llama_cpp_env.%s holds a line break or NUL" % (host, name))
+        out[name] = text
+    return out
+
+
+def serving(plan: Any, host: str, flavour: Optional[str] = None, env: Any = None) -> Dict[str, Any]:
+    """What ``host``'s llama.cpp process needs for its planned devices.
+
+    Returns ``{devices, args, env, device_allow, groups, gpu}``: ``devices`` its device names in
+    the plan's order; ``args`` the rpc-server's extra arguments (``["-d", "Vulkan0,CPU"]``, empty
+    for the head, whose ``--device`` is in the plan's llama-server arguments, and for a CPU-only
+    worker of a CPU build); ``env`` sorted ``NAME=value`` strings; ``device_allow`` the
+    ``DeviceAllow=`` entries (``char-drm rw``), empty for a CPU-only host; ``groups`` the
+    supplementary groups its service user joins where they exist; ``gpu`` whether it has a GPU.
+    """
+    parsed: Plan = plan if isinstance(plan, Plan) else parse(plan)
+    row = parsed.host(host)
+    if row is None:
+        raise ServingError(
+            "%s is not in the plan (hosts: %s)" % (host, ", ".join(h.name for h in parsed.hosts))
+        )
+    names = row.device_names()
+    gpus = row.gpu_devices
+    build_backend = flavour_backend(flavour)
+    for device in gpus:
+        if build_backend is not None and device.backend != build_backend:
+            raise ServingError(
+                "%s: the plan puts layers on %s (%s) but the host's llama.cpp build %s carries %s"
+                % (host, device.name, device.backend, flavour, build_backend)
+            )
+    if gpus and flavour and build_backend is None and flavour != "source":
+        raise ServingError(
+            "%s: the plan puts layers on %s but the host's llama.cpp build %s is a CPU build: "
+            "choose its GPU flavour (llama_cpp_flavour)" % (host, ", ".join(d.name for d in gpus), flavour)
+        )
+    args: List[str] = []
+    if row.role == "worker" and (gpus or build_backend is not None):
+        args = ["-d", ",".join(names)]
+    backends = sorted({d.backend for d in gpus})
+    allow: List[str] = []
+    groups: List[str] = []
+    for backend in backends:
+        for cls in DEVICE_CLASSES.get(backend, ()):
+            if cls + " rw" not in allow:
+                allow.append(cls + " rw")
+        for group in DEVICE_GROUPS.get(backend, ()):
+            if group not in groups:
+                groups.append(group)
+    values = check_env(env, host)
+    env_lines = ["%s=%s" % (k, values[k]) for k in sorted(values)]
+    return {
+        "devices": names,
+        "args": args,
+        "env": env_lines,
+        "device_allow": allow,
+        "groups": groups,
+        "gpu": bool(gpus),
+        "unit_lines": _unit_lines(host, names, args, env_lines, allow),
+    }
+
+
+def _unit_lines(
+    host: str, names: List[str], args: List[str], env: List[str], allow: List[str]
+) -> Dict[str, Any]:
+    """The unit's words and lines: ``args`` quoted for ExecStart (with its leading space, empty
+    without), ``service`` the [Service] lines (Environment=, the device sandbox)."""
+    try:
+        words = (" " + quote_words(args, name="the plan devices of " + host)) if args else ""
+        lines = ["Environment=" + quote(e, "env", name="llmfleet_llama_cpp_env of " + host) for e in env]
+    except UnitValueError as err:
+        raise ServingError(str(err)) from err
+    if allow:
+        lines.append(
+            "# The plan puts layers on %s: the device nodes of their backends only." % ", ".join(names)
+        )
+        lines += ["PrivateDevices=false", "DevicePolicy=closed"] + ["DeviceAllow=" + a for a in allow]
+    else:
+        lines.append("PrivateDevices=true")
+    return {"args": words, "service": "\n".join(lines)}
+
+
+def k8s_problems(plan: Any) -> List[str]:
+    """The Kubernetes target serves CPU devices only so far: one line per host planned on a GPU."""
+    try:
+        parsed = plan if isinstance(plan, Plan) else parse(plan)
+    except PlanError:
+        return []  # the caller's own parse names the field
+    return [
+        "%s: the plan puts layers on %s; the Kubernetes target serves CPU devices only so far "
+        "(docs/kubernetes.md): use the systemd target or plan this fleet without GPUs"
+        % (h.name, ", ".join(d.name for d in h.gpu_devices))
+        for h in parsed.hosts
+        if h.gpu_devices
+    ]

@@ -1,0 +1,114 @@
+"""A host serves the devices the plan gave it: rpc-server's -d, the environment, the device nodes.
+
+Plans come from the planner itself on recorded machines (tests/fixtures/hosts): the NVIDIA
+desktop (Vulkan0 + its CPU), the AMD APU laptop and the CPU NAS.
+"""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_serving import (
+    ServingError,
+    k8s_problems,
+    serving,
+)
+
+from tests.support.host_trees import recorded_hosts
+from tests.unit.plugins.plugin_utils.test_placement import host, layout
+
+DESKTOP, NAS = "rtx3060-desktop", "celeron-nas"
+
+
+@pytest.fixture(scope="module")
+def gpu_plan() -> dict:
+    """The NAS as the head, the desktop as a worker offering Vulkan0 and its CPU."""
+    root = recorded_hosts()
+    nas = P.host_from_fact(NAS, hostinfo.probe(str(root / NAS)))
+    desktop = P.host_from_fact(DESKTOP, hostinfo.probe(str(root / DESKTOP)), address="10.0.0.2")
+    return P.plan_llama_cpp(layout(n_layer=60, layer_mib=300), nas, [desktop])
+
+
+@pytest.fixture(scope="module")
+def cpu_plan() -> dict:
+    return P.plan_llama_cpp(layout(n_layer=8, layer_mib=100), host("h", 300), [host("w", 4096)])
+
+
+def test_a_gpu_worker_offers_exactly_its_planned_devices_in_order(gpu_plan) -> None:
+    got = serving(gpu_plan, DESKTOP, "ubuntu-vulkan-x64", {"GGML_VK_VISIBLE_DEVICES": 0})
+    assert got["args"] == ["-d", "Vulkan0,CPU"]
+    # the head's --device RPC0,RPC1 counts exactly these, in this order
+    args = gpu_plan["llama_server_args"]
+    assert args[args.index("--device") + 1] == "RPC0,RPC1"
+    assert got["env"] == ["GGML_VK_VISIBLE_DEVICES=0"]
+    assert got["gpu"] is True
+    assert got["device_allow"] == ["char-drm rw", "char-nvidia-frontend rw", "char-nvidia-uvm rw"]
+    assert got["groups"] == ["render", "video"]
+    service = got["unit_lines"]["service"].splitlines()
+    assert "PrivateDevices=false" in service and "DevicePolicy=closed" in service
+    assert "PrivateDevices=true" not in service
+    assert "Environment=GGML_VK_VISIBLE_DEVICES=0" in service
+    assert got["unit_lines"]["args"] == " -d Vulkan0,CPU"
+
+
+def test_a_cpu_head_of_a_gpu_fleet_keeps_its_sandbox(gpu_plan) -> None:
+    got = serving(gpu_plan, NAS, "ubuntu-x64")
+    assert got == {
+        "devices": ["CPU"],
+        "args": [],
+        "env": [],
+        "device_allow": [],
+        "groups": [],
+        "gpu": False,
+        "unit_lines": {"args": "", "service": "PrivateDevices=true"},
+    }
+
+
+def test_a_cpu_only_worker_of_a_cpu_build_keeps_todays_command_line(cpu_plan) -> None:
+    got = serving(cpu_plan, "w", "ubuntu-x64")
+    assert got["args"] == [] and got["unit_lines"]["args"] == ""
+    assert got["unit_lines"]["service"] == "PrivateDevices=true"
+
+
+def test_a_gpu_build_planned_on_its_cpu_alone_is_told_so(cpu_plan) -> None:
+    """rpc-server of a GPU build offers its GPUs and not its CPU unless -d says otherwise."""
+    got = serving(cpu_plan, "w", "ubuntu-vulkan-x64")
+    assert got["args"] == ["-d", "CPU"]
+    assert got["device_allow"] == [] and got["gpu"] is False
+
+
+def test_a_device_the_build_lacks_is_refused_naming_host_device_and_build(gpu_plan) -> None:
+    with pytest.raises(ServingError, match=r"rtx3060-desktop: .*Vulkan0.*ubuntu-x64 is a CPU build"):
+        serving(gpu_plan, DESKTOP, "ubuntu-x64")
+    with pytest.raises(
+        ServingError, match=r"rtx3060-desktop: .*Vulkan0 \(vulkan\).*ubuntu-cuda-x64 carries cuda"
+    ):
+        serving(gpu_plan, DESKTOP, "ubuntu-cuda-x64")
+    # a source build: its backend is not known from the name
+    assert serving(gpu_plan, DESKTOP, "source")["args"] == ["-d", "Vulkan0,CPU"]
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ({"GGML VK": "0"}, "not an environment variable name"),
+        ({"GGML_VK_VISIBLE_DEVICES": "0\nExecStartPre=/bin/sh"}, "line break"),
+        ({"A": ["0"]}, "string or a number"),
+        (["GGML_VK_VISIBLE_DEVICES=0"], "mapping"),
+    ],
+)
+def test_a_bad_environment_is_refused_naming_the_host(gpu_plan, env, match) -> None:
+    with pytest.raises(ServingError, match="rtx3060-desktop: .*" + match):
+        serving(gpu_plan, DESKTOP, "ubuntu-vulkan-x64", env)
+
+
+def test_a_host_outside_the_plan_is_named(gpu_plan) -> None:
+    with pytest.raises(ServingError, match="stranger is not in the plan"):
+        serving(gpu_plan, "stranger")
+
+
+def test_kubernetes_refuses_a_gpu_plan_naming_the_host(gpu_plan, cpu_plan) -> None:
+    assert k8s_problems(cpu_plan) == []
+    (problem,) = k8s_problems(gpu_plan)
+    assert problem.startswith("rtx3060-desktop: the plan puts layers on Vulkan0;")
