@@ -44,7 +44,7 @@ export ANSIBLE_FORCE_COLOR := 0
 export ANSIBLE_NOCOLOR := 1
 export NO_COLOR := 1
 
-.PHONY: help venv link host-setup images test-artifacts vllm-artifacts vulkan-artifacts arm64-artifacts arm64-images setup lint unit \
+.PHONY: help venv link host-setup images vulkan-image test-artifacts vllm-artifacts vulkan-artifacts arm64-artifacts arm64-images setup lint unit \
         docs-check manifests \
         build-check browser molecule demo-check demo-mixed-check demo-tune-check test demo demo-down requirements clean clean-cache \
         sanity docs docs-lint galaxy-check gates
@@ -59,6 +59,7 @@ help:
 	@echo "       make demo-tune-check (demo-uneven up, then the README's tune.yml line on it)"
 	@echo "       make test-artifacts | vllm-artifacts | images | venv | setup (all of them)"
 	@echo "       make vulkan-artifacts (llama.cpp's Vulkan flavour: .cache/llama.cpp-vulkan, .cache/dist-vulkan)"
+	@echo "       make vulkan-image (the Vulkan test-host image: lavapipe; for inventories/demo-gpu)"
 	@echo "       make arm64-artifacts (llama.cpp cross-built for arm64: .cache/llama.cpp-arm64, .cache/dist-arm64)"
 	@echo "       make arm64-images (the arm64 host image under qemu-user: localhost/llmfleet-host:bookworm-arm64)"
 	@echo "       make clean-cache (empty the machine's artifact cache $(LLMFLEET_CACHE))"
@@ -83,6 +84,12 @@ host-setup:
 
 images: host-setup
 	@bash scripts/build-host-image.sh
+
+# The Vulkan test-host image (localhost/llmfleet-host:bookworm-vulkan: the host image plus the Vulkan
+# loader, Mesa's lavapipe and vulkaninfo), its own artifact-cache entry, built only when asked
+# (inventories/demo-gpu, demo-gpu-check; docs/vulkan.md): the other fleets never pay for it.
+vulkan-image: images
+	@bash scripts/build-host-image-vulkan.sh
 
 test-artifacts: venv
 	@PY=$(VENV)/bin/python bash scripts/test-artifacts.sh

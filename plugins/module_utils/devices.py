@@ -55,14 +55,28 @@ NVIDIA_SMI_QUERY = "--query-gpu=index,pci.bus_id,name,memory.total,memory.free"
 COMMANDS = {
     "list_devices": ("llama-server", "--list-devices"),
     "nvidia_smi": ("nvidia-smi", NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits"),
+    "vulkaninfo": ("vulkaninfo",),
 }
 RECORDED = {
     "list_devices": "recorded/llama-server--list-devices.txt",
     "nvidia_smi": "recorded/nvidia-smi.csv",
+    "vulkaninfo": "recorded/vulkaninfo.txt",
 }
-# Seconds a listing may take (Vulkan and CUDA initialise every device) and bytes read of its output.
+# Seconds a listing may take (Vulkan and CUDA initialise every device) and bytes read of its output
+# (vulkaninfo prints some 60 KiB per device: its own, larger bound).
 COMMAND_TIMEOUT_S = 60
 OUTPUT_LIMIT = 64 * 1024
+OUTPUT_LIMITS = {"vulkaninfo": 1024 * 1024}
+
+# llama.cpp's own variable naming the Vulkan devices it uses (indices into the Vulkan loader's
+# order); without it, it takes the discrete and integrated GPUs and skips CPU-type ones (lavapipe).
+VK_VISIBLE_ENV = "GGML_VK_VISIBLE_DEVICES"
+
+
+def output_limit(key: str) -> int:
+    """Bytes of a COMMANDS key's output that are read."""
+    return OUTPUT_LIMITS.get(key, OUTPUT_LIMIT)
+
 
 # amdgpu's gpu_metrics table: format revision 1 is a discrete GPU's, 2 and 3 an APU's
 # (drivers/gpu/drm/amd/include/kgd_pp_interface.h, gpu_metrics_v1_x / v2_x / v3_x).
@@ -153,6 +167,79 @@ def parse_nvidia_smi(text: str, source: str = "nvidia-smi") -> List[Dict[str, An
                 "free_mib": memory[1],
             }
         )
+    return found
+
+
+_VK_GPU = re.compile(r"^GPU(\d+):\s*$")
+_VK_FIELD = re.compile(r"^\s+(deviceType|deviceName)\s*=\s*(.*?)\s*$")
+_VK_HEAP = re.compile(r"^\s+memoryHeaps\[\d+\]:\s*$")
+_VK_BYTES = re.compile(r"^\s+(size|budget|usage)\s*=\s*(\d+)")
+_VK_TYPES = {
+    "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU": "discrete",
+    "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU": "integrated",
+    "PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU": "virtual",
+    "PHYSICAL_DEVICE_TYPE_CPU": "cpu",
+    "PHYSICAL_DEVICE_TYPE_OTHER": "other",
+}
+
+
+def parse_vulkaninfo(text: str, source: str = "vulkaninfo") -> List[Dict[str, Any]]:
+    """``vulkaninfo`` (the Vulkan SDK's tool; Debian's vulkan-tools) -> the physical devices in the
+    loader's order: [{index, type (discrete, integrated, virtual, cpu, other), description,
+    heaps: [{size, budget, usage, device_local}]}] (bytes; budget and usage None without
+    VK_EXT_memory_budget).
+
+    Read from its ``Device Properties and Extensions`` part: a ``GPU<n>:`` line per device, its
+    ``deviceType`` and ``deviceName``, and each ``memoryHeaps[i]`` with its ``size`` (``budget``,
+    ``usage``) and flags. Lines before that part (instance, layers, surfaces) are skipped.
+    """
+    lines = text[: OUTPUT_LIMITS["vulkaninfo"]].splitlines()
+    start = next(
+        (i for i, line in enumerate(lines) if line.strip() == "Device Properties and Extensions:"), None
+    )
+    if start is None:
+        raise DeviceError("cannot parse %s: no 'Device Properties and Extensions:' part" % source)
+    found: List[Dict[str, Any]] = []
+    heap: Optional[Dict[str, Any]] = None
+    for line in lines[start + 1 :]:
+        gpu = _VK_GPU.match(line)
+        if gpu:
+            found.append({"index": int(gpu.group(1)), "type": None, "description": None, "heaps": []})
+            heap = None
+            continue
+        if not found:
+            continue
+        current = found[-1]
+        field = _VK_FIELD.match(line)
+        if field and current[{"deviceType": "type", "deviceName": "description"}[field.group(1)]] is None:
+            if field.group(1) == "deviceType":
+                if field.group(2) not in _VK_TYPES:
+                    raise DeviceError(
+                        "cannot parse %s: GPU%d deviceType %r" % (source, current["index"], field.group(2))
+                    )
+                current["type"] = _VK_TYPES[field.group(2)]
+            else:
+                current["description"] = field.group(2)
+            continue
+        if _VK_HEAP.match(line):
+            heap = {"size": None, "budget": None, "usage": None, "device_local": False}
+            current["heaps"].append(heap)
+            continue
+        if heap is not None:
+            value = _VK_BYTES.match(line)
+            if value:
+                heap[value.group(1)] = int(value.group(2))
+            elif line.strip() == "MEMORY_HEAP_DEVICE_LOCAL_BIT":
+                heap["device_local"] = True
+            elif not line.startswith("\t\t"):  # the heap's own lines are indented twice or more
+                heap = None
+    for number, gpu in enumerate(found):
+        if gpu["index"] != number or gpu["type"] is None or gpu["description"] is None:
+            raise DeviceError(
+                "cannot parse %s: GPU%d lacks its deviceType or deviceName" % (source, gpu["index"])
+            )
+        if not gpu["heaps"] or any(h["size"] is None for h in gpu["heaps"]):
+            raise DeviceError("cannot parse %s: GPU%d lacks its memory heaps' sizes" % (source, gpu["index"]))
     return found
 
 
@@ -340,6 +427,69 @@ def from_listing(
     return devices, skipped
 
 
+def vulkan_selection(found: Sequence[Dict[str, Any]], visible: Optional[str]) -> List[Dict[str, Any]]:
+    """The Vulkan devices the pinned build uses, in its order (ggml-vulkan.cpp, ggml_vk_instance_init).
+
+    ``visible`` (GGML_VK_VISIBLE_DEVICES): the loader's indices it names, in that order, of any type
+    (a CPU-type device too); an index out of range is an error, as llama.cpp throws. Without it:
+    every discrete and integrated GPU (two drivers of one GPU are not told apart here: llama.cpp
+    keeps one by deviceUUID, which vulkaninfo's part read here does not give), else the first
+    device that is not CPU-type; a CPU-type device (lavapipe) alone gives none.
+    """
+    if visible is not None and str(visible).strip():
+        chosen = []
+        for word in str(visible).replace(",", " ").split():
+            if not word.isdigit() or int(word) >= len(found):
+                raise DeviceError(
+                    "%s=%s: %r is not the index of one of the %d Vulkan devices vulkaninfo lists"
+                    % (VK_VISIBLE_ENV, visible, word, len(found))
+                )
+            chosen.append(found[int(word)])
+        return chosen
+    gpus = [d for d in found if d["type"] in ("discrete", "integrated")]
+    if gpus:
+        return gpus
+    return [d for d in found if d["type"] != "cpu"][:1]
+
+
+def from_vulkaninfo(
+    found: Sequence[Dict[str, Any]], visible: Optional[str], host_usable_mib: int
+) -> List[Dict[str, Any]]:
+    """Devices the Vulkan build will see, from the Vulkan loader's own listing (no build yet).
+
+    Named ``Vulkan<i>`` in llama.cpp's order (vulkan_selection); memory as
+    ggml_backend_vk_get_device_memory counts it: the device-local heaps (every heap of an
+    integrated GPU), free = budget - usage where the driver reports a budget, else the size. An
+    integrated GPU is an ``igpu``; a CPU-type device (lavapipe) llama.cpp types ``gpu``; both share
+    the host's RAM (``uma``).
+    """
+    devices = []
+    for index, gpu in enumerate(vulkan_selection(found, visible)):
+        integrated = gpu["type"] == "integrated"
+        total = free = 0
+        for heap in gpu["heaps"]:
+            if integrated or heap["device_local"]:
+                total += heap["size"]
+                if heap["budget"] is not None:
+                    free += max(0, heap["budget"] - (heap["usage"] or 0))
+                else:
+                    free += heap["size"]
+        devices.append(
+            _device(
+                "Vulkan%d" % index,
+                "vulkan",
+                gpu["description"],
+                "igpu" if integrated else "gpu",
+                total // MIB,
+                free // MIB,
+                integrated or gpu["type"] == "cpu",
+                "vulkaninfo",
+                host_usable_mib,
+            )
+        )
+    return devices
+
+
 def from_hardware(
     gpus: Sequence[Dict[str, Any]],
     nvidia: Optional[Sequence[Dict[str, Any]]],
@@ -422,13 +572,16 @@ def probe_devices(
     flavour: Optional[str],
     cpu_description: str,
     memory: Dict[str, Any],
+    env: Optional[Dict[str, Any]] = None,
 ) -> Tuple[List[Dict[str, Any]], str]:
     """The host's devices (CPU last) and a line saying where they come from.
 
     ``run(key)`` returns (stdout, None), (None, why it failed) or (None, None) when the tool is
     not there, for the keys of COMMANDS. The installed build's ``--list-devices`` is the ground
-    truth; without it, nvidia-smi and sysfs predict what the host's flavour will see. ``memory``
-    is the fact's (``total_mib``: MemTotal, ``cgroup_limit_mib``, ``usable_mib``).
+    truth; without it, what the host's flavour will see is predicted: for a Vulkan flavour from
+    ``vulkaninfo`` (the Vulkan loader's own devices, with ``env``'s GGML_VK_VISIBLE_DEVICES, the
+    environment the servers run with) where it is installed, else from nvidia-smi and sysfs.
+    ``memory`` is the fact's (``total_mib``: MemTotal, ``cgroup_limit_mib``, ``usable_mib``).
     """
     host_total_mib = memory["total_mib"]
     host_usable_mib = memory["usable_mib"]
@@ -453,11 +606,23 @@ def probe_devices(
         if why:
             notes.append(why)
         backend = flavour_backend(flavour)
-        devices = from_hardware(annotated, nvidia, backend, host_usable_mib)
+        vulkan = None
+        if backend == "vulkan":
+            text, why = run("vulkaninfo")
+            if text is not None:
+                vulkan = parse_vulkaninfo(text)
+            elif why:
+                notes.append(why)
+        if vulkan is not None:
+            devices = from_vulkaninfo(vulkan, (env or {}).get(VK_VISIBLE_ENV), host_usable_mib)
+            tool = "vulkaninfo"
+        else:
+            devices = from_hardware(annotated, nvidia, backend, host_usable_mib)
+            tool = "nvidia-smi and sysfs" if nvidia is not None else "sysfs"
         source = "predicted for the %s build (%s) from %s" % (
             flavour or "unknown",
             "%s backend" % backend if backend else "no GPU backend",
-            "nvidia-smi and sysfs" if nvidia is not None else "sysfs",
+            tool,
         )
     devices.append(cpu_device(cpu_description, ceiling, host_usable_mib))
     if notes:

@@ -1043,13 +1043,18 @@ def probe(
     min_glibc: str = RELEASE_MIN_GLIBC,
     own_processes: Sequence[str] = OWN_PROCESSES,
     run: Optional[Runner] = None,
+    flavour: Optional[str] = None,
+    env: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     """Read the machine under ``root`` and return the ``llmfleet_host`` fact.
 
     ``own_processes`` are the process names (/proc/<pid>/comm) of llmfleet's own servers whose
     resident memory counts as usable (``memory.reclaimable_mib``). ``run`` runs the device tools
-    (devices.COMMANDS: the installed build's ``llama-server --list-devices``, nvidia-smi); by
-    default a recorded tree's ``recorded/`` outputs are read, and on the live root nothing runs.
+    (devices.COMMANDS: the installed build's ``llama-server --list-devices``, nvidia-smi,
+    vulkaninfo); by default a recorded tree's ``recorded/`` outputs are read, and on the live root
+    nothing runs. ``flavour``: the llama.cpp flavour the host will install when the inventory
+    chooses it (``llama_cpp_flavour``), else the verdict's: the devices are predicted for it until
+    a build is installed. ``env``: the environment the servers run with (GGML_VK_VISIBLE_DEVICES).
     """
     tree = Tree(root)
 
@@ -1179,9 +1184,10 @@ def probe(
             run,
             tree,
             accelerators,
-            fact["backends"]["llama_cpp"].get("flavour"),
+            flavour or fact["backends"]["llama_cpp"].get("flavour"),
             fact["cpu_model"],
             memory,
+            env,
         )
     except DeviceError as err:
         raise HostInfoError(str(err)) from None

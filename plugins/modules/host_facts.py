@@ -56,18 +56,28 @@ options:
     description:
       - Directory of the installed pinned llama.cpp build. When it holds an executable
         C(llama-server), the probe runs C(llama-server --list-devices) and its answer is the host's
-        device list (C(devices)); otherwise nvidia-smi and sysfs predict what the build of the
-        verdict's flavour will see. Not run when O(root) is not C(/) (a recorded tree keeps the
+        device list (C(devices)); otherwise C(vulkaninfo) (a Vulkan flavour), nvidia-smi and sysfs
+        predict what the build of the flavour (O(llama_cpp_flavour), else the verdict's) will see. Not run when O(root) is not C(/) (a recorded tree keeps the
         outputs under C(recorded/)).
     type: path
     default: /opt/llmfleet/llama.cpp/current
   llama_cpp_env:
     description:
-      - Environment for C(llama-server --list-devices), the same the servers run with, e.g.
-        C(GGML_VK_VISIBLE_DEVICES=0) for a CPU-type Vulkan device (lavapipe), which llama.cpp skips
-        unless told.
+      - Environment for C(llama-server --list-devices) and C(vulkaninfo), the same the servers run
+        with, e.g. C(GGML_VK_VISIBLE_DEVICES=0) for a CPU-type Vulkan device (lavapipe), which
+        llama.cpp skips unless told (the prediction from C(vulkaninfo) follows it the same way).
     type: dict
     default: {}
+  llama_cpp_flavour:
+    description:
+      - The llama.cpp flavour this host will install when the inventory chooses it
+        (the C(llama_cpp_flavour) of the C(llmfleet.cluster.llama_cpp) role), e.g. C(ubuntu-vulkan-x64)
+        on a host whose only Vulkan device is lavapipe, where the verdict keeps the CPU flavour.
+      - Until a build is installed the devices are predicted for it; for a Vulkan flavour from
+        C(vulkaninfo) (with O(llama_cpp_env)'s C(GGML_VK_VISIBLE_DEVICES), as llama.cpp chooses)
+        where it is installed, else from nvidia-smi and sysfs. Empty or unset, the verdict's.
+      - The fact's C(backends.llama_cpp) stays the verdict.
+    type: str
   given:
     description:
       - An inventory-supplied C(llmfleet_host) to check and summarise instead of probing.
@@ -174,8 +184,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import (
     COMMAND_TIMEOUT_S,
-    OUTPUT_LIMIT,
     command_argv,
+    output_limit,
 )
 from ansible_collections.llmfleet.cluster.plugins.module_utils.hostinfo import (
     HostInfoError,
@@ -211,7 +221,7 @@ def live_runner(module, llama_cpp_dir, env):
                 rc,
                 lines[-1][:200] if lines else "no output",
             )
-        return out[:OUTPUT_LIMIT], None
+        return out[: output_limit(key)], None
 
     return run
 
@@ -227,6 +237,7 @@ def main():
             ),
             llama_cpp_dir=dict(type="path", default="/opt/llmfleet/llama.cpp/current"),
             llama_cpp_env=dict(type="dict", default={}),
+            llama_cpp_flavour=dict(type="str"),
             given=dict(type="dict"),
             host=dict(type="str"),
         ),
@@ -252,6 +263,8 @@ def main():
             run=live_runner(module, module.params["llama_cpp_dir"], module.params["llama_cpp_env"])
             if module.params["root"] == "/"
             else None,
+            flavour=module.params["llama_cpp_flavour"] or None,
+            env=module.params["llama_cpp_env"],
         )
     except HostInfoError as err:
         module.fail_json(msg=str(err))

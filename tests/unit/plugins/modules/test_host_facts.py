@@ -100,6 +100,7 @@ def test_documentation_matches_the_argument_spec() -> None:
         "own_processes",
         "llama_cpp_dir",
         "llama_cpp_env",
+        "llama_cpp_flavour",
         "given",
         "host",
     }
