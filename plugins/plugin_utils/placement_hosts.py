@@ -78,20 +78,19 @@ class Host:
 
 
 def plan_option(
-    default: Any,
     setting: Optional[str] = None,
     lo: Optional[float] = None,
     hi: Optional[float] = None,
     choices: Tuple[str, ...] = (),
     unset: Any = None,
-) -> Any:
-    """A field of :class:`Options`, the planner's options table: ``default`` is the option's one
-    default; ``setting`` the fleet-wide variable (``llmfleet_*``) the inventory sets it with (its
-    default in fleet_defaults.py is this one, the plan role reads it through the lookup
-    ``llmfleet.cluster.plan_options``); ``lo``/``hi`` bound a number, ``choices`` a string;
+) -> Dict[str, Any]:
+    """The metadata of a field of :class:`Options`, the planner's options table
+    (``dataclasses.field(default=..., metadata=plan_option(...))``; the field's default is the
+    option's one default): ``setting`` the fleet-wide variable (``llmfleet_*``) the inventory sets
+    it with (its default in fleet_defaults.py is the field's, the plan role reads it through the
+    lookup ``llmfleet.cluster.plan_options``); ``lo``/``hi`` bound a number, ``choices`` a string;
     ``unset`` is the setting's value that means "not given" (the option's default then)."""
-    meta = {"setting": setting, "lo": lo, "hi": hi, "choices": tuple(choices), "unset": unset}
-    return dataclasses.field(default=default, metadata=meta)
+    return {"setting": setting, "lo": lo, "hi": hi, "choices": tuple(choices), "unset": unset}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,23 +100,27 @@ class Options:
     inventory with no other file changed (fleet_defaults.py, the plan_options lookup, the plan
     role and the checks read this table); docs/planner.md's inputs table names it."""
 
-    context: int = plan_option(4096, "llmfleet_context")
-    parallel: int = plan_option(1, "llmfleet_parallel")
+    context: int = dataclasses.field(default=4096, metadata=plan_option("llmfleet_context"))
+    parallel: int = dataclasses.field(default=1, metadata=plan_option("llmfleet_parallel"))
     ubatch: int = 512
-    cache_type_k: str = plan_option("f16", "llmfleet_cache_type_k")
-    cache_type_v: str = plan_option("f16", "llmfleet_cache_type_v")
-    output_layer: str = plan_option("auto", "llmfleet_output_layer")  # auto | worker | head
-    link_mbit: Optional[float] = plan_option(None, "llmfleet_link_mbit", unset=0)
-    head_layers: bool = plan_option(True, "llmfleet_head_layers")
+    cache_type_k: str = dataclasses.field(default="f16", metadata=plan_option("llmfleet_cache_type_k"))
+    cache_type_v: str = dataclasses.field(default="f16", metadata=plan_option("llmfleet_cache_type_v"))
+    output_layer: str = dataclasses.field(
+        default="auto", metadata=plan_option("llmfleet_output_layer")
+    )  # auto, worker, head
+    link_mbit: Optional[float] = dataclasses.field(
+        default=None, metadata=plan_option("llmfleet_link_mbit", unset=0)
+    )
+    head_layers: bool = dataclasses.field(default=True, metadata=plan_option("llmfleet_head_layers"))
     slow_link_mbit: float = 1000.0
     # vLLM stages: "fewest" follows the llama.cpp placement's hosts; "all" spreads over the head and
     # every candidate worker in proportion to their budgets (the lws target: the user chose the nodes)
     vllm_hosts: str = "fewest"
     # use at least this many workers (spare capacity, so fallbacks can fit)
-    min_workers: int = plan_option(0, "llmfleet_min_workers")
+    min_workers: int = dataclasses.field(default=0, metadata=plan_option("llmfleet_min_workers"))
     # auto | speed | memory: what the planner optimises once the memory fits (plugin_utils/speed_search.py);
     # the memory search here ignores it, it is recorded so that a change re-plans (planned_with)
-    objective: str = plan_option("auto", "llmfleet_plan_objective")
+    objective: str = dataclasses.field(default="auto", metadata=plan_option("llmfleet_plan_objective"))
     # the inventory's pinned llama.cpp build (llama_cpp_build; "" - none): chooses the memory
     # model's calibration (calibration.py); recorded so that another build re-plans (planned_with)
     llama_cpp_build: str = ""

@@ -134,8 +134,10 @@ def test_the_options_table_refuses_what_it_does_not_have() -> None:
     # an option added to the table with bounds is checked by them, with no check written for it
     @dataclasses.dataclass(frozen=True)
     class Added(H.Options):
-        slots: int = H.plan_option(2, "llmfleet_slots", lo=1, hi=64)
-        mode: str = H.plan_option("a", "llmfleet_mode", choices=("a", "b"))
+        slots: int = dataclasses.field(default=2, metadata=H.plan_option("llmfleet_slots", lo=1, hi=64))
+        mode: str = dataclasses.field(
+            default="a", metadata=H.plan_option("llmfleet_mode", choices=("a", "b"))
+        )
 
     assert Added.from_dict({"slots": 64, "mode": "b"}).slots == 64
     with pytest.raises(H.PlanInputError, match=r"options: slots must be a number in \[1, 64\], got 65"):
