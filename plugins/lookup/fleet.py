@@ -18,14 +18,14 @@ description:
     C(llmfleet_tls) V(true) when C(chat_ui_password) is set else V(false), C(llmfleet_wireguard) V(true), C(llmfleet_site_verify) V(true),
     C(llmfleet_dedicated) V(false), C(llmfleet_node_labels) V({}), C(llmfleet_node_taints) V([]),
     C(llmfleet_llama_cpp_env) V({}),
-    C(llmfleet_model) V({}), C(llmfleet_context) V(4096), C(llmfleet_parallel) V(1),
-    C(llmfleet_cache_type_k) V(f16), C(llmfleet_cache_type_v) V(f16), C(llmfleet_min_workers) V(0),
-    C(llmfleet_head_layers) V(true), C(llmfleet_output_layer) V(auto), C(llmfleet_plan_objective) V(auto),
-    C(llmfleet_reserve_mib) V(64), C(llmfleet_link_mbit) V(0), C(llmfleet_lock) V({}),
+    C(llmfleet_model) V({}), C(llmfleet_reserve_mib) V(64), C(llmfleet_lock) V({}),
     C(llmfleet_lock_file) (C(<inventory_dir>/group_vars/all/llmfleet_lock.yml)),
     C(llmfleet_lock_max_json_bytes) V(8388608), C(llmfleet_lock_max_download_bytes) V(1073741824),
     C(llmfleet_github_api) V(https://api.github.com), C(llmfleet_hf_endpoint) (C(HF_ENDPOINT) from the
     environment, else V(https://huggingface.co); an empty value counts as unset)."
+  - The planner's options (C(llmfleet_context), C(llmfleet_plan_objective), ...) are settings too;
+    their defaults are the planner's one options table, C(Options) in
+    C(plugins/plugin_utils/placement_hosts.py), listed in docs/planner.md (Inputs).
   - A name that is not a fleet-wide setting fails naming it and the known ones.
 options:
   _terms:

@@ -59,15 +59,20 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
+- name: Read the unit names the llama_rpc role installs (llama_rpc_names)
+  ansible.builtin.include_role:
+    name: llmfleet.cluster.llama_rpc
+    tasks_from: names
+
 - name: Sample the worker and its rpc-server
   llmfleet.cluster.host_usage:
-    units: [llmfleet-rpc-server.service]
+    units: ["{{ llama_rpc_names.units.worker }}"]
   register: __usage
 
 - name: Replay a recorded host
   llmfleet.cluster.host_usage:
     root: tests/fixtures/usage/podman-v1-worker
-    units: [llmfleet-rpc-server.service]
+    units: ["{{ llama_rpc_names.units.worker }}"]
   delegate_to: localhost
 """
 
@@ -114,7 +119,7 @@ usage:
     memory_bytes: 71663616
     interfaces: {eth0: {rx_bytes: 2010, tx_bytes: 866}}
     units:
-      llmfleet-rpc-server.service:
+      rpc-server.service:
         active: true
         cpu_seconds: 0.28
         cpu_source: proc

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from typing import Dict, Mapping, Union
 
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import PlanError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import parse as parse_plan
+
 
 class EndpointError(ValueError):
     """The plan names no address the API can be reached at."""
@@ -28,17 +31,19 @@ def api_endpoint(
 ) -> Dict[str, Union[str, bool]]:
     """``{"url": base URL without /v1, "tls": True when it is https}``.
 
-    ``url`` (the inventory's override) wins as given; else the head's plan address with
+    ``url`` (the inventory's override) wins as given; else the head's plan address (the typed
+    plan's head row, plan.parse) with
     ``https`` and ``tls_port`` when ``tls``, ``http`` and ``api_port`` otherwise.
     """
     if url:
         return {"url": url.rstrip("/"), "tls": url.lower().startswith("https:")}
-    head = plan.get("head")
-    hosts = plan.get("hosts") or []
-    entry = next((h for h in hosts if isinstance(h, Mapping) and h.get("name") == head), None)  # type: ignore[union-attr]
-    address = str((entry or {}).get("address") or "")
+    try:
+        head = parse_plan(plan).head
+    except PlanError as exc:
+        raise EndpointError("the plan's head cannot be read: %s" % exc) from None
+    address = head.address or ""
     if not address:
-        raise EndpointError("the plan's head %r has no address in its hosts" % (head,))
+        raise EndpointError("the plan's head %r has no address in its hosts" % (head.name,))
     if ":" in address and not address.startswith("["):
         address = "[%s]" % address  # IPv6
     scheme, port = ("https", int(tls_port)) if tls else ("http", int(api_port))

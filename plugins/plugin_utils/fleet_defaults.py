@@ -5,7 +5,8 @@
 
 Every playbook, role default and template that reads a fleet-wide setting asks for it through
 the lookup ``llmfleet.cluster.fleet`` (plugins/lookup/fleet.py): the inventory's value when it
-sets one, else the default here. Facts the roles set (``llmfleet_host``, ``llmfleet_plan``,
+sets one, else the default here (the planner's options: their default in placement_hosts.Options,
+the planner's one options table). Facts the roles set (``llmfleet_host``, ``llmfleet_plan``,
 ``llmfleet_wireguard_address``) are not settings and are not here. Controller-only code, no
 Ansible import.
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import os
 from typing import Any, Callable, Dict, NamedTuple, Optional
+
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import planner_settings
 
 
 class Setting(NamedTuple):
@@ -54,18 +57,9 @@ SETTINGS: Dict[str, Setting] = {
     # The environment of every llama.cpp process on a host (the probe's device listing, rpc-server,
     # llama-server), e.g. {GGML_VK_VISIBLE_DEVICES: "0"} for lavapipe (docs/vulkan.md).
     "llmfleet_llama_cpp_env": Setting({}),
-    # the model and the plan
+    # the model and the plan (the planner's options are added below, from placement_hosts.Options)
     "llmfleet_model": Setting({}),
-    "llmfleet_context": Setting(4096),
-    "llmfleet_parallel": Setting(1),
-    "llmfleet_cache_type_k": Setting("f16"),
-    "llmfleet_cache_type_v": Setting("f16"),
-    "llmfleet_min_workers": Setting(0),
-    "llmfleet_head_layers": Setting(True),
-    "llmfleet_output_layer": Setting("auto"),
-    "llmfleet_plan_objective": Setting("auto"),
     "llmfleet_reserve_mib": Setting(64),
-    "llmfleet_link_mbit": Setting(0),
     # the release lock (playbooks/lock.yml)
     "llmfleet_lock": Setting({}),
     "llmfleet_lock_file": Setting(None, computed=_lock_file),
@@ -74,6 +68,12 @@ SETTINGS: Dict[str, Setting] = {
     "llmfleet_github_api": Setting("https://api.github.com"),
     "llmfleet_hf_endpoint": Setting(None, computed=_hf_endpoint, empty_is_unset=True),
 }
+
+
+# The planner's options: their settings and defaults are Options' table (placement_hosts.py), not
+# written again here.
+PLANNER_SETTINGS = {name: Setting(default) for name, (_option, default) in planner_settings().items()}
+SETTINGS.update(PLANNER_SETTINGS)
 
 
 class FleetSettingError(KeyError):

@@ -110,7 +110,7 @@ def plan_llama_cpp(
 
     Raises PlacementError (with ``table`` and ``missing``) when nothing fits, ValueError on bad input.
     """
-    opts = Options(**check_options(options))
+    opts = Options.from_dict(check_options(options))
     opts.check()
     model = Model.from_layout(layout)
     head_host, worker_hosts = hosts_from_dicts(head, workers, reserve_mib)
@@ -281,7 +281,7 @@ def keep_previous(
     Returns ``{"keep": bool, "reasons": [...], "hosts": rows with the current usable and headroom,
     "table": those rows as text}`` (``hosts`` and ``table`` are empty when the inputs changed).
     """
-    opts = Options(**check_options(options))
+    opts = Options.from_dict(check_options(options))
     opts.check()
     head_host, worker_hosts = hosts_from_dicts(head, workers, reserve_mib)
     if not isinstance(previous, dict) or not previous:
@@ -435,7 +435,7 @@ def output_facts(layout: Dict[str, Any], options: Optional[Dict[str, Any]]) -> D
     its weights (``output_mib``), the largest tensor it loads (``output_largest_mib``), and the
     compute every host adds when llama.cpp turns on pipeline parallelism (``pipeline_extra_mib``)."""
     model = Model.from_layout(layout)
-    opts = Options(**check_options(options or {}))
+    opts = Options.from_dict(check_options(options or {}))
     return {
         "n_embd": model.n_embd,
         "output_mib": round((model.output_bytes + model.output_norm_bytes) / MIB, 3),

@@ -17,6 +17,7 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import 
     DEFAULT_RPC_PORT,
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import (
+    PlanInputError,
     check_hosts,
 )
 
@@ -76,24 +77,50 @@ class Host:
         return (-(self.speed or self.cpus), -self.usable_mib, self.name)
 
 
+def plan_option(
+    setting: Optional[str] = None,
+    lo: Optional[float] = None,
+    hi: Optional[float] = None,
+    choices: Tuple[str, ...] = (),
+    unset: Any = None,
+) -> Dict[str, Any]:
+    """The metadata of a field of :class:`Options`, the planner's options table
+    (``dataclasses.field(default=..., metadata=plan_option(...))``; the field's default is the
+    option's one default): ``setting`` the fleet-wide variable (``llmfleet_*``) the inventory sets
+    it with (its default in fleet_defaults.py is the field's, the plan role reads it through the
+    lookup ``llmfleet.cluster.plan_options``); ``lo``/``hi`` bound a number, ``choices`` a string;
+    ``unset`` is the setting's value that means "not given" (the option's default then)."""
+    return {"setting": setting, "lo": lo, "hi": hi, "choices": tuple(choices), "unset": unset}
+
+
 @dataclasses.dataclass(frozen=True)
 class Options:
-    context: int = 4096
-    parallel: int = 1
+    """The planner's options, one table: each field's default, fleet-wide setting and bounds
+    (:func:`plan_option`). An option added here with a ``setting`` reaches the planner from the
+    inventory with no other file changed (fleet_defaults.py, the plan_options lookup, the plan
+    role and the checks read this table); docs/planner.md's inputs table names it."""
+
+    context: int = dataclasses.field(default=4096, metadata=plan_option("llmfleet_context"))
+    parallel: int = dataclasses.field(default=1, metadata=plan_option("llmfleet_parallel"))
     ubatch: int = 512
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    output_layer: str = "auto"  # auto | worker | head
-    link_mbit: Optional[float] = None
-    head_layers: bool = True
+    cache_type_k: str = dataclasses.field(default="f16", metadata=plan_option("llmfleet_cache_type_k"))
+    cache_type_v: str = dataclasses.field(default="f16", metadata=plan_option("llmfleet_cache_type_v"))
+    output_layer: str = dataclasses.field(
+        default="auto", metadata=plan_option("llmfleet_output_layer")
+    )  # auto, worker, head
+    link_mbit: Optional[float] = dataclasses.field(
+        default=None, metadata=plan_option("llmfleet_link_mbit", unset=0)
+    )
+    head_layers: bool = dataclasses.field(default=True, metadata=plan_option("llmfleet_head_layers"))
     slow_link_mbit: float = 1000.0
     # vLLM stages: "fewest" follows the llama.cpp placement's hosts; "all" spreads over the head and
     # every candidate worker in proportion to their budgets (the lws target: the user chose the nodes)
     vllm_hosts: str = "fewest"
-    min_workers: int = 0  # use at least this many workers (spare capacity, so fallbacks can fit)
+    # use at least this many workers (spare capacity, so fallbacks can fit)
+    min_workers: int = dataclasses.field(default=0, metadata=plan_option("llmfleet_min_workers"))
     # auto | speed | memory: what the planner optimises once the memory fits (plugin_utils/speed_search.py);
     # the memory search here ignores it, it is recorded so that a change re-plans (planned_with)
-    objective: str = "auto"
+    objective: str = dataclasses.field(default="auto", metadata=plan_option("llmfleet_plan_objective"))
     # the inventory's pinned llama.cpp build (llama_cpp_build; "" - none): chooses the memory
     # model's calibration (calibration.py); recorded so that another build re-plans (planned_with)
     llama_cpp_build: str = ""
@@ -102,6 +129,32 @@ class Options:
     def calibration(self) -> calibration.Calibration:
         """The calibrated constants the memory model uses for this build (calibration.for_build)."""
         return calibration.for_build(self.llama_cpp_build).calibration
+
+    @classmethod
+    def from_dict(cls, options: Dict[str, Any]) -> Options:
+        """The options from a checked dict (placement_inputs.check_options): a name the table does
+        not have, or a value outside a field's ``lo``/``hi``/``choices``, is refused naming it."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(k for k in options if k not in fields)
+        if unknown:
+            raise PlanInputError(
+                "options: %s not a planner option (known: %s)"
+                % (", ".join(unknown) + (" is" if len(unknown) == 1 else " are"), ", ".join(sorted(fields)))
+            )
+        for name, value in options.items():
+            meta = fields[name].metadata
+            if meta.get("choices") and value not in meta["choices"]:
+                raise PlanInputError(
+                    "options: %s must be one of %s, got %r" % (name, ", ".join(meta["choices"]), value)
+                )
+            if meta.get("lo") is not None or meta.get("hi") is not None:
+                lo, hi = meta.get("lo"), meta.get("hi")
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if not ok or (lo is not None and value < lo) or (hi is not None and value > hi):
+                    raise PlanInputError(
+                        "options: %s must be a number in [%s, %s], got %r" % (name, lo, hi, value)
+                    )
+        return cls(**options)
 
     def check(self) -> None:
         if self.context <= 0:
@@ -117,6 +170,48 @@ class Options:
             raise ValueError("output_layer must be auto, worker or head, got %r" % self.output_layer)
         if self.objective not in ("auto", "speed", "memory"):
             raise ValueError("objective must be auto, speed or memory, got %r" % (self.objective,))
+
+
+def planner_settings() -> Dict[str, Tuple[str, Any]]:
+    """Fleet-wide setting -> (the option it sets, its default), from :class:`Options`' table."""
+    out: Dict[str, Tuple[str, Any]] = {}
+    for f in dataclasses.fields(Options):
+        setting = f.metadata.get("setting")
+        if setting:
+            out[setting] = (f.name, f.metadata["unset"] if f.metadata.get("unset") is not None else f.default)
+    return out
+
+
+def planner_options(value: Any) -> Dict[str, Any]:
+    """The options the inventory sets through the fleet-wide settings: option -> ``value(setting)``
+    (the play's value, None when it sets none), read as the field's type; an option whose setting
+    is unset, or set to its ``unset`` value, is left out (the planner's default holds)."""
+    out: Dict[str, Any] = {}
+    for f in dataclasses.fields(Options):
+        setting = f.metadata.get("setting")
+        given = value(setting) if setting else None
+        if given is None or (f.metadata.get("unset") is not None and given == f.metadata["unset"]):
+            continue
+        kind = str(f.type)
+        try:
+            if "bool" in kind:
+                given = (
+                    given
+                    if isinstance(given, bool)
+                    else str(given).strip().lower() in ("1", "true", "yes", "on")
+                )
+            elif "int" in kind:
+                given = int(given)
+            elif "float" in kind:
+                given = float(given)
+            else:
+                given = str(given)
+        except (TypeError, ValueError):
+            raise PlanInputError(
+                "%s must be of type %s (the planner's option %s), got %r" % (setting, kind, f.name, given)
+            ) from None
+        out[f.name] = given
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,11 @@ import math
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import (
+    DEFAULT_RPC_PORT,
+    MAX_MBIT_S,
+)
+
 __metaclass__ = type
 
 MIB_PER_TIB = 1024 * 1024
@@ -31,8 +36,6 @@ MAX_CONTEXT = 1 << 24
 MAX_PARALLEL = 1024
 MAX_UBATCH = 1 << 16
 MAX_WORKERS = 1024
-MAX_LINK_MBIT = 10_000_000.0  # 10 Tbit/s
-DEFAULT_RPC_PORT = 50052
 _LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 
 
@@ -216,10 +219,10 @@ def check_options(options: Any) -> Dict[str, Any]:
                 % (out["parallel"], context)
             )
     if out.get("link_mbit") is not None:
-        out["link_mbit"] = finite_number(out["link_mbit"], "options", "link_mbit", 0.001, MAX_LINK_MBIT)
+        out["link_mbit"] = finite_number(out["link_mbit"], "options", "link_mbit", 0.001, MAX_MBIT_S)
     if "slow_link_mbit" in out:
         out["slow_link_mbit"] = finite_number(
-            out["slow_link_mbit"], "options", "slow_link_mbit", 0.001, MAX_LINK_MBIT
+            out["slow_link_mbit"], "options", "slow_link_mbit", 0.001, MAX_MBIT_S
         )
     if "head_layers" in out and not isinstance(out["head_layers"], bool):
         raise PlanInputError("options: head_layers must be true or false, got %s" % _show(out["head_layers"]))

@@ -23,6 +23,7 @@ import dataclasses
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import DEVICE_TYPES
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import budget_mib
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render import (
     OUTPUT_ON_HEAD_ARGS,
@@ -33,7 +34,6 @@ __metaclass__ = type
 
 ROLES = ("head", "worker")
 VERSIONS = (1, 2)  # plan.json versions read: 2 lists each host's devices, 1 has one CPU per host
-DEVICE_TYPES = ("gpu", "igpu", "cpu")
 # llama-server options that say where the layers go (split_args writes them) and its polling level
 SPLIT_OPTIONS = ("--rpc", "--tensor-split", "-ts", "-ngl", "--n-gpu-layers", "-sm", "--split-mode")
 POLL_OPTIONS = ("--poll", "--poll-batch")
@@ -154,6 +154,7 @@ class HostPlan:
     threads: Optional[int] = None
     predicted_mib: Mapping[str, float] = dataclasses.field(default_factory=dict)
     headroom_mib: Optional[float] = None
+    usable_mib: Optional[float] = None
     # plan.json version 2's devices; empty for a version 1 row (its one CPU, see ``devices``)
     listed_devices: Tuple[Device, ...] = ()
 
@@ -234,6 +235,7 @@ class HostPlan:
                 if v is not None
             },
             headroom_mib=_number(row.get("headroom_mib"), field + ".headroom_mib"),
+            usable_mib=_number(row.get("usable_mib"), field + ".usable_mib"),
             listed_devices=devices,
         )
 
@@ -265,6 +267,111 @@ class ModelPlan:
             output_mib=_number(data.get("output_mib"), "model.output_mib"),
             output_largest_mib=_number(data.get("output_largest_mib"), "model.output_largest_mib"),
             pipeline_extra_mib=_number(data.get("pipeline_extra_mib"), "model.pipeline_extra_mib"),
+        )
+
+
+def _partition(value: Any) -> Tuple[int, ...]:
+    """``vllm.pp_layer_partition`` (``"13,13"`` or a list) -> (13, 13): one positive count a stage."""
+    parts = (
+        list(value) if isinstance(value, (list, tuple)) else [p for p in str(value).split(",") if p.strip()]
+    )
+    try:
+        counts = tuple(int(p) for p in parts)
+    except (TypeError, ValueError):
+        raise PlanError(
+            "plan: vllm.pp_layer_partition %r is not a comma-separated list of integers" % (value,)
+        ) from None
+    if not counts or any(c <= 0 for c in counts):
+        raise PlanError(
+            "plan: vllm.pp_layer_partition %r must have one positive layer count per stage" % (value,)
+        )
+    return counts
+
+
+def _whole(value: Any, field: str) -> int:
+    """A count of the ``vllm`` section as an int (a number given as text is read)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise PlanError("plan: %s is %r, expected a number" % (field, value)) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class VllmPlan:
+    """The plan's ``vllm`` section (the lws target): which host holds each pipeline stage, its
+    layers (VLLM_PP_LAYER_PARTITION), the KV cache space per rank, each stage's weights as the
+    planner computed them, and the stored element width of the weights."""
+
+    stages: Tuple[str, ...]
+    layer_counts: Tuple[int, ...]
+    kvcache_space_gib: int
+    stage_weights_mib: Tuple[float, ...]
+    weights_dtype_bytes: int = 2  # a GGUF plan: 16-bit; a Hugging Face checkpoint says its own
+
+    @property
+    def pipeline_size(self) -> int:
+        return len(self.stages)
+
+    @property
+    def partition(self) -> str:
+        """VLLM_PP_LAYER_PARTITION: ``13,13``."""
+        return ",".join(str(c) for c in self.layer_counts)
+
+    @classmethod
+    def from_dict(cls, data: Any, n_layer: Optional[int]) -> VllmPlan:
+        """Parse ``vllm`` (checked against the model's ``n_layer``); :class:`PlanError` names the
+        field and the value, in this order: the partition, the pipeline size and the stages, the
+        layer sum, the KV space, the stage weights."""
+        if not data or not isinstance(data, Mapping):
+            raise PlanError(
+                "plan: llmfleet_plan has no 'vllm' section (was the plan computed for the lws target?)"
+            )
+        counts = _partition(data.get("pp_layer_partition"))
+        stages = data.get("stages") or []
+        if not isinstance(stages, list) or any(not isinstance(h, str) or not h for h in stages):
+            raise _fail("vllm.stages", "a list of host names", stages)
+        size = _whole(data.get("pipeline_size"), "vllm.pipeline_size")
+        if size != len(counts) or (stages and len(stages) != size):
+            raise PlanError(
+                "plan: vllm.pipeline_size %d disagrees with pp_layer_partition %r and stages %s"
+                % (size, data.get("pp_layer_partition"), stages)
+            )
+        if not stages:
+            raise PlanError("plan: vllm.stages is empty: the plan must name the host of every stage")
+        if len(set(stages)) != len(stages):
+            raise PlanError("plan: vllm.stages %s names a host twice: one rank per node" % (stages,))
+        if n_layer is not None and sum(counts) != n_layer:
+            raise PlanError(
+                "plan: vllm.pp_layer_partition %r sums to %d, the model has %d layers"
+                % (data.get("pp_layer_partition"), sum(counts), n_layer)
+            )
+        kv = _whole(data.get("kvcache_space_gib"), "vllm.kvcache_space_gib")
+        if kv < 1:
+            raise PlanError(
+                "plan: vllm.kvcache_space_gib is %d: vLLM's CPU backend needs at least 1 GiB" % kv
+            )
+        weights = data.get("stage_weights_mib")
+        if not isinstance(weights, list) or len(weights) != len(counts):
+            raise PlanError(
+                "plan: vllm.stage_weights_mib is %r, expected one figure per stage (%d):"
+                " re-plan with playbooks/plan.yml (the planner computes each stage's weights)"
+                % (weights, len(counts))
+            )
+        for rank, value in enumerate(weights):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise PlanError("plan: vllm.stage_weights_mib[%d] is %r, expected MiB >= 0" % (rank, value))
+        stored = data.get("weights_dtype_bytes") or 2
+        return cls(
+            stages=tuple(stages),
+            layer_counts=counts,
+            kvcache_space_gib=kv,
+            stage_weights_mib=tuple(float(w) for w in weights),
+            weights_dtype_bytes=max(1, _whole(stored, "vllm.weights_dtype_bytes")),
         )
 
 
@@ -471,6 +578,12 @@ class Plan:
         """What the plan may put on ``host``: its row's usable MiB minus its reserve (0 when absent)."""
         row = self.data["hosts"][self.hosts.index(host)]
         return budget_mib(row.get("usable_mib"), row.get("reserve_mib"))
+
+    @property
+    def vllm(self) -> VllmPlan:
+        """The ``vllm`` section (the lws target's stages), parsed; :class:`PlanError` when the plan
+        has none or it is inconsistent (with itself or the model's layers)."""
+        return VllmPlan.from_dict(self.data.get("vllm"), self.model.n_layer)
 
     @property
     def model_file(self) -> Dict[str, Any]:

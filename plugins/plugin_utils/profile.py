@@ -407,8 +407,6 @@ def speeds(
 
 # --------------------------------------------------------------------------- the measuring units
 
-PROFILE_DROPIN = "/run/systemd/system/llmfleet-rpc-server.service.d/50-llmfleet-profile-threads.conf"
-
 
 def single_thread_dropin(unit_text: str, host: str, threads: int = MEASURE_THREADS) -> str:
     """The systemd drop-in that runs an installed rpc-server unit with ``--threads threads``, or

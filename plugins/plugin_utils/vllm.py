@@ -4,7 +4,8 @@
 """vLLM across nodes with LeaderWorkerSet: every decision the ``lws`` target makes, as pure functions.
 
 The stage partition itself (pipeline size, VLLM_PP_LAYER_PARTITION, KV cache space, which host holds
-which stage) comes from the plan (``llmfleet_plan.vllm``); nothing here recomputes it. What this module
+which stage) comes from the plan (``llmfleet_plan.vllm``), read through the typed plan (plan.parse,
+``Plan.vllm``); nothing here recomputes it. What this module
 decides is what the plan does not say:
 
 - whether every host of the group can run vLLM's CPU backend (the probe's ``backends.vllm_cpu``
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.hostinfo import KUBE_ARCH, vllm_cpu_verdict
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanError, VllmPlan
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import parse as parse_plan
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 PODMONITOR_API_VERSION = "monitoring.coreos.com/v1"
@@ -162,78 +165,14 @@ def _int(host: str, value: Any, what: str) -> int:
 # ----------------------------------------------------------------------------------------------------
 
 
-def parse_partition(value: Any) -> List[int]:
-    """``"13,13"`` (or a list) -> [13, 13]; refuses empty or non-positive stages."""
-    if isinstance(value, (list, tuple)):
-        parts = list(value)
-    else:
-        parts = [p for p in str(value).split(",") if p.strip()]
+def read_plan(plan: Any) -> Tuple[Plan, VllmPlan]:
+    """``llmfleet_plan`` through the typed plan (plan.parse) and its ``vllm`` section; a plan
+    that cannot be read, has no vLLM stages or disagrees with itself is refused naming the field."""
     try:
-        counts = [int(p) for p in parts]
-    except (TypeError, ValueError):
-        raise VllmLwsError(
-            f"plan: vllm.pp_layer_partition {value!r} is not a comma-separated list of integers"
-        ) from None
-    if not counts or any(c <= 0 for c in counts):
-        raise VllmLwsError(
-            f"plan: vllm.pp_layer_partition {value!r} must have one positive layer count per stage"
-        )
-    return counts
-
-
-def plan_stages(plan: Dict[str, Any]) -> Tuple[List[str], List[int], int]:
-    """(stage hosts, layer counts, KV GiB) from ``llmfleet_plan``, checked against each other."""
-    vllm = (plan or {}).get("vllm")
-    if not vllm:
-        raise VllmLwsError(
-            "plan: llmfleet_plan has no 'vllm' section (was the plan computed for the lws target?)"
-        )
-    counts = parse_partition(vllm.get("pp_layer_partition"))
-    stages = list(vllm.get("stages") or [])
-    size = _int("plan", vllm.get("pipeline_size"), "vllm.pipeline_size")
-    if size != len(counts) or (stages and len(stages) != size):
-        raise VllmLwsError(
-            f"plan: vllm.pipeline_size {size} disagrees with pp_layer_partition {vllm.get('pp_layer_partition')!r}"
-            f" and stages {stages}"
-        )
-    if not stages:
-        raise VllmLwsError("plan: vllm.stages is empty: the plan must name the host of every stage")
-    if len(set(stages)) != len(stages):
-        raise VllmLwsError(f"plan: vllm.stages {stages} names a host twice: one rank per node")
-    n_layer = ((plan.get("model") or {}).get("n_layer")) if plan else None
-    if n_layer is not None and sum(counts) != int(n_layer):
-        raise VllmLwsError(
-            f"plan: vllm.pp_layer_partition {vllm.get('pp_layer_partition')!r} sums to {sum(counts)},"
-            f" the model has {n_layer} layers"
-        )
-    kv = _int("plan", vllm.get("kvcache_space_gib"), "vllm.kvcache_space_gib")
-    if kv < 1:
-        raise VllmLwsError(f"plan: vllm.kvcache_space_gib is {kv}: vLLM's CPU backend needs at least 1 GiB")
-    return stages, counts, kv
-
-
-def stage_weights_mib(plan: Dict[str, Any], counts: List[int]) -> List[float]:
-    """Weights per stage in MiB, as the planner computed them (placement_render's vLLM stages: each
-    rank's own layers, the embedding on the first, the final norm and lm_head on the last). The
-    sizing is the planner's alone: a plan without them (written by hand, or before the planner
-    recorded them) is refused rather than estimated."""
-    per_stage = (plan.get("vllm") or {}).get("stage_weights_mib")
-    if not isinstance(per_stage, list) or len(per_stage) != len(counts):
-        raise VllmLwsError(
-            f"plan: vllm.stage_weights_mib is {per_stage!r}, expected one figure per stage ({len(counts)}):"
-            " re-plan with playbooks/plan.yml (the planner computes each stage's weights)"
-        )
-    out = []
-    for rank, value in enumerate(per_stage):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise VllmLwsError(f"plan: vllm.stage_weights_mib[{rank}] is {value!r}, expected MiB >= 0")
-        out.append(float(value))
-    return out
+        parsed = parse_plan(plan)
+        return parsed, parsed.vllm
+    except PlanError as exc:
+        raise VllmLwsError(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -262,7 +201,12 @@ def preflight(
     stage hosts; all of them are checked for support). Raises :class:`VllmLwsError` (naming the hosts)
     when any stage's host is ``unsupported``, when the architectures differ, or when a pod would not fit.
     """
-    stage_hosts, counts, kv = plan_stages(plan)
+    parsed, stages_plan = read_plan(plan)
+    stage_hosts, counts, kv = (
+        list(stages_plan.stages),
+        list(stages_plan.layer_counts),
+        stages_plan.kvcache_space_gib,
+    )
     if kvcache_space_gib:
         if int(kvcache_space_gib) < kv:
             raise VllmLwsError(
@@ -271,8 +215,7 @@ def preflight(
             )
         kv = int(kvcache_space_gib)
     node_names = node_names or {}
-    weights = stage_weights_mib(plan, counts)
-    plan_hosts = {h.get("name"): h for h in (plan.get("hosts") or []) if isinstance(h, dict)}
+    weights = stages_plan.stage_weights_mib
 
     refused, warnings = [], []
     verdicts: Dict[str, str] = {}
@@ -310,7 +253,8 @@ def preflight(
         memory = hf.get("memory") or {}
         usable = memory.get("usable_mib")
         if usable is None:
-            usable = (plan_hosts.get(host) or {}).get("usable_mib")
+            row = parsed.host(host)
+            usable = row.usable_mib if row is not None else None
         stages.append(
             Stage(
                 rank=rank,
@@ -333,7 +277,7 @@ def preflight(
     # The plan's weights are as stored: a Hugging Face checkpoint says its element width
     # (vllm.weights_dtype_bytes, 4 for float32), a GGUF plan is taken as 16-bit. vLLM holds them in
     # the served dtype: float32 takes 4 bytes an element, bfloat16 and float16 take 2.
-    stored = (plan.get("vllm") or {}).get("weights_dtype_bytes") or 2
+    stored = stages_plan.weights_dtype_bytes
     scale = (4.0 if dtype == "float32" else 2.0) / float(stored)
 
     for s in stages:

@@ -22,8 +22,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import hashlib
-import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from ansible_collections.llmfleet.cluster.plugins.module_utils.wireguard import KEY_RE
 
 try:
     import netaddr
@@ -31,8 +32,6 @@ try:
     HAS_NETADDR = True
 except ImportError:  # pragma: no cover - netaddr is in requirements.txt
     HAS_NETADDR = False
-
-KEY_RE = re.compile(r"^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$")
 
 
 class WireguardPlanError(ValueError):

@@ -46,6 +46,13 @@ def test_an_ipv6_head_is_bracketed() -> None:
 def test_a_head_without_an_address_is_named() -> None:
     with pytest.raises(EndpointError, match="'nohead'"):
         api_endpoint({"head": "nohead", "hosts": PLAN["hosts"]}, tls=True, api_port=8080, tls_port=8088)
+    no_address = {"head": "head", "hosts": [{"name": "head", "role": "head"}]}
+    with pytest.raises(EndpointError, match="the plan's head 'head' has no address"):
+        api_endpoint(no_address, tls=True, api_port=8080, tls_port=8088)
+    # read through the typed plan: a broken row is named with its value
+    broken = {"head": "head", "hosts": [{"name": "head", "role": "head", "layers": [2, 1], "address": "a"}]}
+    with pytest.raises(EndpointError, match=r"hosts\[0\]\.layers must be"):
+        api_endpoint(broken, tls=True, api_port=8080, tls_port=8088)
 
 
 def _lookup() -> LookupModule:

@@ -76,7 +76,8 @@ def test_every_setting_asked_for_is_known_and_every_known_one_is_asked_for() -> 
         for m in re.finditer(r"lookup\('llmfleet\.cluster\.fleet', '([a-z_]+)'\)", p.read_text())
     }
     assert asked - set(F.SETTINGS) == set(), "a typo or an unknown setting"
-    assert set(F.SETTINGS) - asked == set(), "a default no file reads"
+    # the planner's options are read through the plan_options lookup (roles/plan/vars/main.yml)
+    assert set(F.SETTINGS) - asked - set(F.PLANNER_SETTINGS) == set(), "a default no file reads"
     assert not FACTS & set(F.SETTINGS)
 
 
@@ -88,4 +89,64 @@ def test_the_lookups_documentation_lists_every_setting() -> None:
         if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "DOCUMENTATION"
     )
     listed = set(re.findall(r"C\((llmfleet_[a-z_]+)\)", " ".join(doc["description"])))
-    assert listed == set(F.SETTINGS)
+    # every setting but the planner's options, which docs/planner.md lists (next test)
+    assert set(F.SETTINGS) - set(F.PLANNER_SETTINGS) <= listed <= set(F.SETTINGS)
+
+
+def test_the_planners_options_are_one_table() -> None:
+    """Options (placement_hosts.py) is the planner's options table: fleet_defaults' defaults, the
+    plan_options lookup and docs/planner.md's inputs table read it, so an option added there with a
+    setting reaches the planner with no other file changed (there were 9 files to touch)."""
+    import dataclasses
+
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement_hosts as H
+
+    table = {f.metadata["setting"]: f for f in dataclasses.fields(H.Options) if f.metadata.get("setting")}
+    assert set(table) == set(F.PLANNER_SETTINGS) and "llmfleet_context" in table
+    for name, field in table.items():
+        default = field.metadata["unset"] if field.metadata["unset"] is not None else field.default
+        assert F.setting(name, {}.get) == default, name
+    # the inventory's values, read as each option's type; unset ones (and link_mbit's 0) left out
+    given = {"llmfleet_context": "8192", "llmfleet_head_layers": "false", "llmfleet_link_mbit": 0}
+    assert H.planner_options(given.get) == {"context": 8192, "head_layers": False}
+    assert H.planner_options({"llmfleet_link_mbit": "100"}.get) == {"link_mbit": 100.0}
+    with pytest.raises(
+        H.PlanInputError,
+        match=r"llmfleet_context must be of type int \(the planner's option context\), got 'many'",
+    ):
+        H.planner_options({"llmfleet_context": "many"}.get)
+    # every planner setting is in docs/planner.md's inputs table
+    doc = (ROOT / "docs" / "planner.md").read_text()
+    rows = set(re.findall(r"^\| `(llmfleet_[a-z_]+)`", doc, re.M))
+    rows |= {"llmfleet_cache_type_v"} if "`llmfleet_cache_type_k` / `_v`" in doc else set()
+    assert set(table) <= rows
+
+
+def test_the_options_table_refuses_what_it_does_not_have() -> None:
+    import dataclasses
+
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement_hosts as H
+
+    with pytest.raises(H.PlanInputError, match=r"options: contxt is not a planner option \(known: .*context"):
+        H.Options.from_dict({"contxt": 1})
+    assert H.Options.from_dict({"context": 1024}).context == 1024
+
+    # an option added to the table with bounds is checked by them, with no check written for it
+    @dataclasses.dataclass(frozen=True)
+    class Added(H.Options):
+        slots: int = dataclasses.field(default=2, metadata=H.plan_option("llmfleet_slots", lo=1, hi=64))
+        mode: str = dataclasses.field(
+            default="a", metadata=H.plan_option("llmfleet_mode", choices=("a", "b"))
+        )
+
+    assert Added.from_dict({"slots": 64, "mode": "b"}).slots == 64
+    with pytest.raises(H.PlanInputError, match=r"options: slots must be a number in \[1, 64\], got 65"):
+        Added.from_dict({"slots": 65})
+    with pytest.raises(H.PlanInputError, match=r"options: mode must be one of a, b, got 'c'"):
+        Added.from_dict({"mode": "c"})
+
+
+def test_the_plan_role_reads_the_table_through_the_lookup() -> None:
+    plan_vars = yaml.safe_load((ROOT / "roles" / "plan" / "vars" / "main.yml").read_text())
+    assert plan_vars["_plan_options"].startswith("{{ lookup('llmfleet.cluster.plan_options')")
+    assert "plan_options" in yaml.safe_load((ROOT / "roles" / "plan" / "defaults" / "main.yml").read_text())

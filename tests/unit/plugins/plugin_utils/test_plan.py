@@ -233,3 +233,28 @@ def test_model_file_names_the_download() -> None:
     assert bare.model_file == {"url": "", "sha256": "", "file": "", "bytes": 0}
     with pytest.raises(PlanError, match=r"model\.bytes must be an integer >= 0, got -1"):
         assert Plan.from_dict({"hosts": [{"name": "h"}], "model": {"bytes": -1}}).model_file is None
+
+
+def test_the_vllm_section_is_typed_and_checked_against_the_model() -> None:
+    """Plan.vllm: the lws target's stages as the planner wrote them (vllm.py reads only this)."""
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
+
+    lay = layout(n_layer=8, layer_mib=100, embd_mib=400, out_mib=50)
+    model = {"name": "tiny", "file": "/models/tiny.gguf", "sha256": "a" * 64}
+    data = P.make_plan(
+        lay, model, host("a", 2000), [host("b", 2000)], {"vllm_hosts": "all"}, 8, "vllm", "lws"
+    )
+    stages = Plan.from_dict(data).vllm
+    assert stages.stages == ("a", "b") and stages.layer_counts == (4, 4) and stages.partition == "4,4"
+    assert stages.pipeline_size == 2 and stages.kvcache_space_gib == data["vllm"]["kvcache_space_gib"]
+    assert list(stages.stage_weights_mib) == data["vllm"]["stage_weights_mib"]
+    assert stages.weights_dtype_bytes == 2
+    broken = copy.deepcopy(data)
+    broken["vllm"]["pp_layer_partition"] = "4,3"
+    with pytest.raises(PlanError, match=r"sums to 7, the model has 8 layers"):
+        assert Plan.from_dict(broken).vllm is None
+    del broken["vllm"]
+    with pytest.raises(PlanError, match="no 'vllm' section"):
+        assert Plan.from_dict(broken).vllm is None
+    # a llama.cpp plan reads as before: the section is parsed only when asked for
+    assert Plan.from_dict(real_plan()).head.name

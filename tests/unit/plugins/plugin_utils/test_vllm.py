@@ -27,6 +27,8 @@ def host(arch="aarch64", isa=("bf16", "neon"), cpus=8, usable=30000, status="sup
 def plan(partition="13,13", stages=("a", "b"), kv=4, n_layer=26, model_bytes=2_000_040_448):
     counts = [int(c) for c in partition.split(",")]
     return {
+        # the plan's rows (the lws target's: the head's; a stage host need not have one)
+        "hosts": [{"name": stages[0], "role": "head", "layers": [0, n_layer], "output_layer": True}],
         "model": {"n_layer": n_layer, "bytes": model_bytes},
         "vllm": {
             "pipeline_size": len(counts),
@@ -112,8 +114,32 @@ def test_inconsistent_plans_are_refused(bad, message):
 
 
 def test_no_vllm_section():
+    p = plan()
+    del p["vllm"]
     with pytest.raises(V.VllmLwsError, match="no 'vllm' section"):
-        V.preflight({"model": {}}, PAIR)
+        V.preflight(p, PAIR)
+
+
+def test_a_plan_the_typed_plan_cannot_read_is_refused_naming_the_field():
+    """The plan goes through plan.parse first: a broken row is named, not read by hand."""
+    p = plan()
+    p["hosts"][0]["layers"] = [3, 1]
+    with pytest.raises(V.VllmLwsError, match=r"plan: hosts\[0\]\.layers must be \[first, last\)"):
+        V.preflight(p, PAIR)
+    p = plan()
+    p["vllm"]["pipeline_size"] = "two"
+    with pytest.raises(V.VllmLwsError, match=r"plan: vllm\.pipeline_size is 'two', expected a number"):
+        V.preflight(p, PAIR)
+
+
+def test_a_stage_host_without_usable_memory_facts_takes_its_plan_rows():
+    """usable_mib from the plan's row (Plan.host(...).usable_mib) when the facts have none."""
+    p = plan()
+    p["hosts"][0]["usable_mib"] = 30000.0
+    facts = {"a": host(), "b": host()}
+    del facts["a"]["memory"]["usable_mib"]
+    choice = V.preflight(p, facts)
+    assert choice.stages[0].usable_mib == 30000
 
 
 def test_pod_that_does_not_fit_a_node_is_refused():
