@@ -131,7 +131,7 @@ def check_fleet(head: Mapping[str, Any], workers: Sequence[Mapping[str, Any]]) -
                 f"the llama.cpp builds of this fleet do not speak one RPC protocol: {_show(head, 'head')}; "
                 "it does not accept " + "; ".join(_show(w, "worker") for w in bad) + fix
             )
-    elif len({str(w["rpc_proto"]).split(".")[0] for w in known_workers}) > 1:
+    elif len({str(w["rpc_proto"]).split(".", maxsplit=1)[0] for w in known_workers}) > 1:
         # The head's version is not recorded (one build tag, see above): the workers must at least
         # share one major, the head's.
         raise RpcProtoMismatch(

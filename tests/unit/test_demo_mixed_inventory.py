@@ -36,7 +36,9 @@ def _spec(inventory: str, tmp_path: Path) -> list[list[str]]:
             text=True,
         ).stdout
     )
-    spec = subprocess.run([sys.executable, "-c", program, str(listed)], capture_output=True, text=True)
+    spec = subprocess.run(
+        [sys.executable, "-c", program, str(listed)], capture_output=True, text=True, check=False
+    )
     assert spec.returncode == 0, spec.stderr
     return [line.split() for line in spec.stdout.splitlines() if line.startswith("host ")]
 
@@ -79,7 +81,9 @@ def test_demo_sh_refuses_an_arch_without_an_image(tmp_path: Path) -> None:
         ).stdout
     )
     program = (ROOT / "scripts" / "demo.sh").read_text().split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
-    spec = subprocess.run([sys.executable, "-c", program, str(listed)], capture_output=True, text=True)
+    spec = subprocess.run(
+        [sys.executable, "-c", program, str(listed)], capture_output=True, text=True, check=False
+    )
     assert spec.returncode != 0
     assert (
         "llmfleet-mixed-arm64 has demo_podman.arch riscv64 but demo_images has no image for it" in spec.stderr

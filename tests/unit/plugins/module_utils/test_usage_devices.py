@@ -192,7 +192,7 @@ def test_without_a_report_or_devices_nothing_is_checked() -> None:
 
 def test_the_device_table_is_printed() -> None:
     case = CASES["smollm2 rpc Vulkan0,CPU 1,3"]
-    rows, _ = usage.device_buffers(plan_for(case), buffers(case))
+    rows = usage.device_buffers(plan_for(case), buffers(case))[0]
     text = usage.render_device_table(rows)
     assert text.splitlines()[0].split()[:3] == ["host", "device", "report"]
     assert f"RPC0[{EP}]" in text and "0-7" in text and "8-30" in text
