@@ -21,6 +21,7 @@ PARTS = [
     "browser",
     "molecule",
     "demo-check",
+    "demo-mixed-check",
 ]
 
 FAKE_MAKE = """#!/usr/bin/env bash
