@@ -56,7 +56,9 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import (
     device_cost,
     estimate_devices,
     link_terms,
+    links_bound,
     output_layer_equivalents,
+    speed_output_choices,
 )
 
 __metaclass__ = type
@@ -120,8 +122,8 @@ class DeviceSpeedPlacer:
             if bound is None:
                 continue  # even every device's whole room cannot hold the layers
             output = min(self._output_ms(d, eq) for h in [head, *combo] for d in self.devices.devs(h))
-            for out in _output_choices(opts) if combo else [True, False]:
-                links = _links_bound(model, combo, self.figures, out)
+            for out in speed_output_choices(opts) if combo else [True, False]:
+                links = links_bound(model, combo, self.figures, out)
                 candidates.append(
                     (token + bound + output + links, len(combo), [w.name for w in combo], combo, out)
                 )
@@ -275,27 +277,6 @@ class DeviceSpeedPlacer:
             "its devices (the cheapest %s at %.4g ms per layer) do not pay for its link (%.2f ms per token);"
             " the model fits faster without it" % (cheapest.name, self.cost(cheapest), link)
         )
-
-
-def _output_choices(opts: Options) -> List[bool]:
-    if opts.output_layer == "head":
-        return [True]
-    if opts.output_layer == "worker":
-        return [False]
-    return [True, False]
-
-
-def _links_bound(
-    model: Model, workers: Sequence[Host], figures: Dict[str, Figures], output_on_head: bool
-) -> float:
-    """The link terms of a set, the cheapest output holder assumed."""
-    if not workers:
-        return 0.0
-    plain = [link_terms(model, w.name, figures[w.name], False)["total_ms"] for w in workers]
-    if output_on_head:
-        return sum(plain)
-    holding = [link_terms(model, w.name, figures[w.name], True)["total_ms"] for w in workers]
-    return sum(plain) + min(hd - pl for hd, pl in zip(holding, plain))
 
 
 def explain(p: Placement, est: Estimate, mem_est: Optional[Estimate]) -> List[str]:

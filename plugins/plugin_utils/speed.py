@@ -586,3 +586,25 @@ def estimate_placement(
     return estimate(
         model, p.head, p.workers, p.head_layers, p.worker_layers, p.output_on_head, figures, prompt_tokens
     )
+
+
+def links_bound(
+    model: Any, workers: Sequence[Host], figures: Dict[str, Figures], output_on_head: bool
+) -> float:
+    """The link terms of a set, the cheapest output holder assumed (order does not change the rest)."""
+    if not workers:
+        return 0.0
+    plain = [link_terms(model, w.name, figures[w.name], False)["total_ms"] for w in workers]
+    if output_on_head:
+        return sum(plain)
+    holding = [link_terms(model, w.name, figures[w.name], True)["total_ms"] for w in workers]
+    return sum(plain) + min(hd - pl for hd, pl in zip(holding, plain))
+
+
+def speed_output_choices(opts: Any) -> List[bool]:
+    """Where the speed search tries the output layer: as ``opts.output_layer`` says, else both."""
+    if opts.output_layer == "head":
+        return [True]
+    if opts.output_layer == "worker":
+        return [False]
+    return [True, False]

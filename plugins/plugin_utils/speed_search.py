@@ -63,7 +63,9 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import (
     estimate_placement,
     figures_for,
     link_terms,
+    links_bound,
     output_layer_equivalents,
+    speed_output_choices,
 )
 
 __metaclass__ = type
@@ -339,27 +341,6 @@ def _compute_bound(
     return None
 
 
-def _links_bound(
-    model: Model, workers: Sequence[Host], figures: Dict[str, Figures], output_on_head: bool
-) -> float:
-    """The link terms of a set, the cheapest output holder assumed (order does not change the rest)."""
-    if not workers:
-        return 0.0
-    plain = [link_terms(model, w.name, figures[w.name], False)["total_ms"] for w in workers]
-    if output_on_head:
-        return sum(plain)
-    holding = [link_terms(model, w.name, figures[w.name], True)["total_ms"] for w in workers]
-    return sum(plain) + min(hd - pl for hd, pl in zip(holding, plain))
-
-
-def _speed_output_choices(opts: Options) -> List[bool]:
-    if opts.output_layer == "head":
-        return [True]
-    if opts.output_layer == "worker":
-        return [False]
-    return [True, False]
-
-
 def _candidate_sets(workers: List[Host], figures: Dict[str, Figures], lo: int) -> List[Tuple[Host, ...]]:
     if len(workers) <= SPEED_EXACT_WORKERS:
         return [c for size in range(lo, len(workers) + 1) for c in itertools.combinations(workers, size)]
@@ -408,10 +389,10 @@ def fastest(
         compute = _compute_bound(costs, head, combo, figures, head_room, layer_min)
         if compute is None:
             continue
-        for out in _speed_output_choices(opts) if combo else [True]:
+        for out in speed_output_choices(opts) if combo else [True]:
             holders = [head] if out or not combo else combo
             output = min(figures[h.name].output_time(eq) for h in holders)
-            bound = token + output + _links_bound(model, combo, figures, out) + compute
+            bound = token + output + links_bound(model, combo, figures, out) + compute
             candidates.append((bound, len(combo), [w.name for w in combo], combo, out))
     candidates.sort(key=lambda c: (c[0], c[1], c[2], c[4]))
     best = Best()
