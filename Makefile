@@ -46,7 +46,7 @@ export NO_COLOR := 1
 
 .PHONY: help venv link host-setup images vulkan-image test-artifacts vllm-artifacts vulkan-artifacts arm64-artifacts arm64-images setup lint unit \
         docs-check manifests \
-        build-check browser molecule demo-check demo-mixed-check demo-tune-check test demo demo-down requirements clean clean-cache \
+        build-check browser molecule demo-check demo-mixed-check demo-gpu-check demo-tune-check test demo demo-down requirements clean clean-cache \
         sanity docs docs-lint galaxy-check gates
 
 help:
@@ -56,6 +56,7 @@ help:
 	@echo "parts: make lint | unit | docs-check | manifests | build-check | browser | molecule [SCENARIO=name]"
 	@echo "       make demo-check (the demo end to end: site.yml, verify, the chat page in a browser)"
 	@echo "       make demo-mixed-check (inventories/demo-mixed: an arm64 worker under qemu-user beside x86_64 hosts)"
+	@echo "       make demo-gpu-check (inventories/demo-gpu: Vulkan devices (lavapipe) on the head and a worker, checked per device)"
 	@echo "       make demo-tune-check (demo-uneven up, then the README's tune.yml line on it)"
 	@echo "       make test-artifacts | vllm-artifacts | images | venv | setup (all of them)"
 	@echo "       make vulkan-artifacts (llama.cpp's Vulkan flavour: .cache/llama.cpp-vulkan, .cache/dist-vulkan)"
@@ -98,7 +99,7 @@ vllm-artifacts:
 	@bash scripts/vllm-artifacts.sh
 
 # llama.cpp's Vulkan flavour (ubuntu-vulkan-x64) from the pinned source, its own cache entry
-# (scripts/build-llama-cpp.sh vulkan; docs/vulkan.md). Not part of `make test` yet.
+# (scripts/build-llama-cpp.sh vulkan; docs/vulkan.md). `make test` needs it for demo-gpu-check.
 vulkan-artifacts: venv host-setup
 	@PY=$(VENV)/bin/python bash scripts/build-llama-cpp.sh vulkan
 
@@ -159,6 +160,13 @@ DEMO_MIXED_INVENTORY ?= inventories/demo-mixed
 demo-mixed-check: venv link host-setup images test-artifacts arm64-images arm64-artifacts
 	@bash scripts/demo-mixed-check.sh $(DEMO_MIXED_INVENTORY)
 
+# The GPU fleet (inventories/demo-gpu: a head and a worker with a real Vulkan device, Mesa's
+# lavapipe, beside a CPU worker) end to end: site.yml ending in verify.yml, then every planned
+# device's buffers in verify's table against the plan; removed afterwards unless running before.
+DEMO_GPU_INVENTORY ?= inventories/demo-gpu
+demo-gpu-check: venv link host-setup images test-artifacts vulkan-image vulkan-artifacts
+	@bash scripts/demo-gpu-check.sh $(DEMO_GPU_INVENTORY)
+
 # The demo fleet as the user's playground: make demo, then the README's tune.yml line on it as
 # printed (it measures through the fleet's TLS front, decides and says so); removed afterwards
 # unless it was running before. DEMO_TUNE_INVENTORY: inventories/demo-uneven by default.
@@ -196,16 +204,19 @@ gates: venv link host-setup
 	@bash scripts/gate-cache.sh galaxy-check $(GALAXY_CHECK_INPUTS) -- $(MAKE) --no-print-directory galaxy-check
 
 # Every part in order (setup, lint, unit, docs-check, gates, manifests, build-check, browser,
-# molecule, demo-check, demo-mixed-check), stopping at the first that fails, then each part's seconds
+# molecule, demo-check, demo-mixed-check, demo-gpu-check), stopping at the first that fails, then each part's seconds
 # (scripts/make-test.sh; also in .cache/make-test-times.txt).
 test:
 	@MAKE="$(MAKE)" bash scripts/make-test.sh
 
 # An inventory with an arm64 host (demo_podman.arch: arm64, as inventories/demo-mixed) also needs the
-# arm64 image and llama.cpp's ubuntu-arm64 build (each from the artifact cache when built before).
+# arm64 image and llama.cpp's ubuntu-arm64 build (each from the artifact cache when built before);
+# one with a Vulkan host (llama_cpp_flavour: ubuntu-vulkan-x64, as inventories/demo-gpu) the Vulkan
+# image and build.
 demo_arm64 = $(if $(shell grep -rls 'arch: arm64' $(1) 2>/dev/null),arm64-images arm64-artifacts)
+demo_vulkan = $(if $(shell grep -rls 'ubuntu-vulkan-x64' $(1) 2>/dev/null),vulkan-image vulkan-artifacts)
 
-demo: venv link images test-artifacts $(call demo_arm64,$(DEMO_INVENTORY))
+demo: venv link images test-artifacts $(call demo_arm64,$(DEMO_INVENTORY)) $(call demo_vulkan,$(DEMO_INVENTORY))
 	@bash scripts/demo.sh up $(DEMO_INVENTORY)
 
 demo-down: venv link

@@ -71,15 +71,21 @@ print("chat_user", any_vars.get("chat_ui_username", "llmfleet"))
 model_url = str((any_vars.get("llmfleet_model") or {}).get("url", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 print("model_file", model_url.rstrip("/").rsplit("/", 1)[-1])
 # demo_podman.arch (e.g. arm64): the host runs that architecture's image (demo_images[arch]) with
-# podman --arch, under qemu-user on another machine; none: demo_image, the machine's own.
+# podman --arch, under qemu-user on another machine; demo_podman.image (e.g. vulkan): the image
+# demo_images names so (make vulkan-image: lavapipe); neither: demo_image, the machine's own.
 images = any_vars.get("demo_images") or {}
 for name in heads + workers:
     pod = hv[name].get("demo_podman") or {}
     arch = str(pod.get("arch") or "-")
-    if arch != "-" and not images.get(arch):
-        sys.exit(f"demo: {name} has demo_podman.arch {arch} but demo_images has no image for it (got {sorted(images)})")
+    key = str(pod.get("image") or (arch if arch != "-" else ""))
+    if key and not images.get(key):
+        what = f"demo_podman.image {key}" if pod.get("image") else f"demo_podman.arch {arch}"
+        sys.exit(f"demo: {name} has {what} but demo_images has no image for it (got {sorted(images)})")
     print("host", name, pod.get("memory", "512m"), pod.get("cpus", 1), pod.get("rate") or "-",
-          pod.get("cpu_shares") or "-", arch, images.get(arch) or any_vars.get("demo_image", "localhost/llmfleet-host:bookworm"))
+          pod.get("cpu_shares") or "-", arch, images.get(key) or any_vars.get("demo_image", "localhost/llmfleet-host:bookworm"))
+# The llama.cpp flavours the inventory chooses for its hosts (llama_cpp_flavour; the probe picks the
+# others): their release tarballs are mirrored too.
+print("flavours", *sorted({str(hv[n]["llama_cpp_flavour"]) for n in heads + workers if hv[n].get("llama_cpp_flavour")}) or ["-"])
 EOF
 )
 get() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' <<<"$spec"; }
@@ -175,9 +181,13 @@ mirrored=("$CACHE"/dist/llama-*-bin-ubuntu-x64.tar.gz "$CACHE"/dist/llama.cpp-*-
 if grep -q '^host .* arm64 [^ ]*$' <<<"$spec"; then
   mirrored+=("$CACHE"/dist-arm64/llama-*-bin-ubuntu-arm64.tar.gz)
 fi
+# A host on llama.cpp's Vulkan build (llama_cpp_flavour: ubuntu-vulkan-x64; make vulkan-artifacts).
+if [[ " $(get flavours) " == *" ubuntu-vulkan-x64 "* ]]; then
+  mirrored+=("$CACHE"/dist-vulkan/llama-*-bin-ubuntu-vulkan-x64.tar.gz)
+fi
 for f in "${mirrored[@]}"; do
   [[ -f $f ]] || {
-    echo "demo: missing $f (run make test-artifacts; for an arm64 host make arm64-artifacts)" >&2
+    echo "demo: missing $f (run make test-artifacts; for an arm64 host make arm64-artifacts; for a Vulkan host make vulkan-artifacts)" >&2
     exit 1
   }
   ln -f "$f" "$state/mirror/" 2>/dev/null || cp -f "$f" "$state/mirror/"

@@ -268,6 +268,8 @@ class DevicePlacer:
                 target = head_cpu if not workers else chain[-1]
                 target.count += rest
                 rest = 0
+            if counts is None:
+                self._give_every_worker_a_layer(shares, head_cpu, chain)
             holders = [s for s in chain if s.count > 0]
             new_out = None if output_on_head or not holders else holders[-1]
             if new_out is output_dev:
@@ -296,6 +298,22 @@ class DevicePlacer:
             predictions=preds,
             devices=shares,
         )
+
+    @staticmethod
+    def _give_every_worker_a_layer(shares: List[List[Share]], head_cpu: Share, chain: List[Share]) -> None:
+        """Every worker placed holds a layer: the fill takes the head's RAM before the workers' CPUs,
+        so a worker set forced by ``min_workers`` could leave one empty (its rpc-server would offer
+        no device). An empty worker's CPU takes one layer from the device holding the most (the
+        fit is checked afterwards with the exact model, as for every placement)."""
+        for row in shares[1:]:
+            if any(s.count for s in row):
+                continue
+            donors = [s for s in [head_cpu, *chain] if s.count > 1]
+            if not donors:
+                return
+            donor = max(donors, key=lambda s: s.count)
+            donor.count -= 1
+            row[-1].count += 1
 
     def per_layer(self, model: Model, opts: Options) -> float:
         """The largest layer's weights and KV (memoised: the speed search places many times)."""

@@ -25,7 +25,7 @@ plan itself: keep-previous, the fallbacks and make_plan.
 from __future__ import absolute_import, annotations, division, print_function
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import DeviceError, host_devices
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import calibration, targets
@@ -508,6 +508,32 @@ def make_plan(
     return plan
 
 
+def _capped_devices(
+    name: str, devices: Sequence[Mapping[str, Any]], caps: Mapping[str, Any]
+) -> List[Dict[str, Any]]:
+    """``devices`` with each GPU named in ``caps`` offering at most that many MiB (host_from_fact)."""
+    if not isinstance(caps, Mapping):
+        raise ValueError(
+            "host %s: llmfleet_device_memory_mib must map device names to MiB, got %r" % (name, caps)
+        )
+    gpus = [d["name"] for d in devices if d.get("backend") != "cpu"]
+    out = [dict(d) for d in devices]
+    for dev, cap in caps.items():
+        if dev not in gpus:
+            raise ValueError(
+                "host %s: llmfleet_device_memory_mib names %s, which is not one of its GPUs (%s)"
+                % (name, dev, ", ".join(gpus) or "none")
+            )
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 <= cap < float("inf"):
+            raise ValueError(
+                "host %s: llmfleet_device_memory_mib.%s must be a number of MiB >= 0, got %r" % (name, dev, cap)
+            )
+        for d in out:
+            if d["name"] == dev:
+                d["memory_free_mib"] = min(int(d.get("memory_free_mib") or 0), int(cap))
+    return out
+
+
 def host_from_fact(
     name: str,
     fact: Any,
@@ -516,11 +542,16 @@ def host_from_fact(
     reserve_mib: Optional[float] = None,
     speed: Optional[Any] = None,
     gpu_reserve_mib: Optional[float] = None,
+    device_memory_mib: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """One placement host from a probe fact (``llmfleet_host``: memory.usable_mib, cpus, default_ipv4,
     devices). A fact with GPUs among its ``devices`` gives the host its ``devices`` (validated by
     devices.host_devices) and ``gpu_reserve_mib`` (VRAM kept free on each of its GPUs, default
-    device_placement.DEFAULT_GPU_RESERVE_MIB); a CPU-only host has neither and plans as before."""
+    device_placement.DEFAULT_GPU_RESERVE_MIB); a CPU-only host has neither and plans as before.
+    ``device_memory_mib`` (``llmfleet_device_memory_mib``): device name -> the most MiB the plan may
+    give that GPU (its ``memory_free_mib`` is capped there: an iGPU's share of the RAM it shares,
+    VRAM another program needs); a name the host does not list or a value that is not a number
+    >= 0 is refused, naming the host, the device and the value."""
     if not isinstance(fact, dict):
         raise ValueError(
             "host %s has no llmfleet_host fact (probe it, or define llmfleet_host for what-if planning)"
@@ -561,6 +592,8 @@ def host_from_fact(
                         % (name, gpu_reserve_mib)
                     )
                 out["gpu_reserve_mib"] = float(gpu_reserve_mib)
+    if device_memory_mib:
+        out["devices"] = _capped_devices(name, out.get("devices") or [], device_memory_mib)
     if isinstance(speed, dict):
         out["speed"] = dict(speed)  # measured figures, validated by the planner (plugin_utils/speed.py)
     elif speed:

@@ -76,6 +76,7 @@ def hosts_from_vars(
                     reserve_mib=_get(hv, "llmfleet_reserve_mib"),
                     speed=_get(hv, "llmfleet_speed"),
                     gpu_reserve_mib=_get(hv, "llmfleet_gpu_reserve_mib"),
+                    device_memory_mib=_get(hv, "llmfleet_device_memory_mib"),
                 )
             )
         except (PlanInputError, TypeError, ValueError) as err:

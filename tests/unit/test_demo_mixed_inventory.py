@@ -24,7 +24,7 @@ CACHE = Path(os.environ.get("CACHE", ROOT / ".cache"))
 SMOLLM2 = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def _spec(inventory: str, tmp_path: Path) -> list[list[str]]:
+def _spec(inventory: str, tmp_path: Path, kind: str = "host") -> list[list[str]]:
     text = (ROOT / "scripts" / "demo.sh").read_text()
     program = text.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
     listed = tmp_path / f"{inventory}.json"
@@ -40,7 +40,7 @@ def _spec(inventory: str, tmp_path: Path) -> list[list[str]]:
         [sys.executable, "-c", program, str(listed)], capture_output=True, text=True, check=False
     )
     assert spec.returncode == 0, spec.stderr
-    return [line.split() for line in spec.stdout.splitlines() if line.startswith("host ")]
+    return [line.split() for line in spec.stdout.splitlines() if line.startswith(kind + " ")]
 
 
 def test_demo_sh_runs_the_arm64_host_from_the_arm64_image(tmp_path: Path) -> None:

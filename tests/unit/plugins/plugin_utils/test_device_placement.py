@@ -408,3 +408,35 @@ def test_the_speed_objective_on_a_gpu_fleet_prices_devices_and_names_the_assumed
     check_split(plan, 185)
     with open(os.path.join(ROOT, "docs", "plan.schema.json"), encoding="utf-8") as handle:
         jsonschema.validate(json.loads(json.dumps(plan)), json.load(handle))
+
+
+def test_a_device_memory_cap_keeps_a_uma_gpu_to_its_share(facts) -> None:
+    """llmfleet_device_memory_mib: the APU's iGPU shares the laptop's RAM, so GPU memory first
+    gives it every layer; capped, it holds what fits the cap and the laptop's CPU the rest."""
+    lay = layout(n_layer=40, layer_mib=300)
+    laptop = P.host_from_fact(LAPTOP, facts[LAPTOP])
+    whole = {d["name"]: d for d in P.plan_llama_cpp(lay, laptop, [])["hosts"][0]["devices"]}
+    assert whole["CPU"]["layers"][1] == whole["CPU"]["layers"][0]  # the iGPU took every layer
+    capped_host = P.host_from_fact(LAPTOP, facts[LAPTOP], device_memory_mib={"Vulkan0": 4096})
+    capped = {d["name"]: d for d in P.plan_llama_cpp(lay, capped_host, [])["hosts"][0]["devices"]}
+    igpu, cpu = capped["Vulkan0"], capped["CPU"]
+    assert igpu["budget_mib"] == 4096 and 0 < igpu["predicted_mib"]["total"] <= 4096
+    # 300 MiB layers: 13 fit 4096 MiB (3900 + KV and compute), 14 do not; the CPU comes first in the chain
+    assert igpu["layers"] == [27, 40] and cpu["layers"] == [0, 27]
+    with pytest.raises(ValueError, match="ryzen7840u-laptop: llmfleet_device_memory_mib names CUDA0, which is not one of its GPUs \\(Vulkan0\\)"):
+        P.host_from_fact(LAPTOP, facts[LAPTOP], device_memory_mib={"CUDA0": 1024})
+    with pytest.raises(ValueError, match="ryzen7840u-laptop: llmfleet_device_memory_mib.Vulkan0 must be a number of MiB >= 0, got -1"):
+        P.host_from_fact(LAPTOP, facts[LAPTOP], device_memory_mib={"Vulkan0": -1})
+    with pytest.raises(ValueError, match="celeron-nas: llmfleet_device_memory_mib names Vulkan0, which is not one of its GPUs \\(none\\)"):
+        P.host_from_fact(NAS, facts[NAS], device_memory_mib={"Vulkan0": 1024})
+
+
+def test_min_workers_gives_every_worker_a_layer_on_a_gpu_fleet(facts) -> None:
+    """A model the head's GPU holds alone, with llmfleet_min_workers 2: GPU memory first would
+    leave both workers empty (an rpc-server offering no device); each holds a layer instead."""
+    head, ws = fleet(facts)
+    plan = P.plan_llama_cpp(layout(n_layer=20, layer_mib=100), head, ws, {"min_workers": 2})
+    held = {h["name"]: sum(d["layers"][1] - d["layers"][0] for d in h["devices"]) for h in plan["hosts"]}
+    assert set(held) == {DESKTOP, LAPTOP, NAS} and all(held[w] >= 1 for w in (LAPTOP, NAS)), held
+    assert sum(held.values()) == 20
+    check_split(plan, 20)
