@@ -5,10 +5,11 @@
 #               models, the vLLM venv and model; each from the artifact cache when built before)
 #   lint unit docs-check gates manifests build-check browser molecule demo-check
 #   demo-mixed-check  inventories/demo-mixed: an x86_64 head, an x86 and an arm64 worker (qemu-user)
+#   demo-tune-check   inventories/demo-uneven up, then the README's tune.yml line on it
 # MAKE_TEST_PARTS="lint unit" runs only those (in the order above).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-parts=(setup lint unit docs-check gates manifests build-check browser molecule demo-check demo-mixed-check)
+parts=(setup lint unit docs-check gates manifests build-check browser molecule demo-check demo-mixed-check demo-tune-check)
 if [[ -n ${MAKE_TEST_PARTS:-} ]]; then
   wanted=" $MAKE_TEST_PARTS "
   chosen=()

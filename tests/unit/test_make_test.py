@@ -22,6 +22,7 @@ PARTS = [
     "molecule",
     "demo-check",
     "demo-mixed-check",
+    "demo-tune-check",
 ]
 
 FAKE_MAKE = """#!/usr/bin/env bash
