@@ -204,7 +204,7 @@ gates: venv link host-setup
 	@bash scripts/gate-cache.sh galaxy-check $(GALAXY_CHECK_INPUTS) -- $(MAKE) --no-print-directory galaxy-check
 
 # Every part in order (setup, lint, unit, docs-check, gates, manifests, build-check, browser,
-# molecule, demo-check, demo-mixed-check, demo-gpu-check), stopping at the first that fails, then each part's seconds
+# molecule, demo-check, demo-mixed-check, demo-gpu-check, demo-tune-check), stopping at the first that fails, then each part's seconds
 # (scripts/make-test.sh; also in .cache/make-test-times.txt).
 test:
 	@MAKE="$(MAKE)" bash scripts/make-test.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The demo fleet as the user's playground, as a test (`make demo-tune-check`): bring up a demo
+# The demo fleet as the user's playground, as a test (`make demo-tune-check`, part of `make test`): bring up a demo
 # fleet (inventories/demo-uneven by default: llmfleet_tls, the API behind the chat page's TLS port)
 # with scripts/demo.sh, then run the README's tune.yml line on it exactly as printed (no -e: the
 # inventory names the demo's output directory, the demo's mirror is still up), and check that it
@@ -51,5 +51,20 @@ print(f"demo-tune-check: decided: {result['reason']}")
 print(f"demo-tune-check: measured {len(rounds)} round(s): "
       + ", ".join(f"{r['plan']} {r['tokens_per_second']:.2f} tokens/s" for r in rounds))
 print(f"demo-tune-check: verdict: {result['verdict']}")
+# each measured plan's median against the prediction tune.yml made for it: the goal is +-25 %
+# (docs/tune.md), met when the machine is not shared; beside other work the profile and the rounds
+# are measured under different loads (0.62x seen with two other fleets' builds running), so the
+# check fails only outside 0.5-2x (a prediction that is wrong, not noisy) and says which it met.
+import statistics
+for plan, predicted in sorted(result["predicted_tokens_per_second"].items()):
+    got = [r["tokens_per_second"] for r in rounds if r["plan"] == plan]
+    if not got:
+        continue
+    median = statistics.median(got)
+    ratio = median / predicted
+    goal = "within" if 0.75 <= ratio <= 1.25 else "OUTSIDE"
+    print(f"demo-tune-check: {plan}: measured {median:.2f} tokens/s (median of {len(got)}), predicted {predicted:.2f}: "
+          f"{ratio:.2f}x, {goal} the +-25 % goal")
+    assert 0.5 <= ratio <= 2.0, f"demo-tune-check: {plan}: measured {median:.2f} tokens/s against the predicted {predicted:.2f}: {ratio:.2f}x is outside 0.5-2x"
 PY
 echo "demo-tune-check: passed (demo up ${up_time}s, tune.yml ${tune_time}s; the log is $tune_log)"

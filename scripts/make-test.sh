@@ -6,10 +6,11 @@
 #   lint unit docs-check gates manifests build-check browser molecule demo-check
 #   demo-mixed-check  inventories/demo-mixed: an x86_64 head, an x86 and an arm64 worker (qemu-user)
 #   demo-gpu-check    inventories/demo-gpu: Vulkan devices (lavapipe) on the head and a worker
+#   demo-tune-check   inventories/demo-uneven up, then the README's tune.yml line on it
 # MAKE_TEST_PARTS="lint unit" runs only those (in the order above).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-parts=(setup lint unit docs-check gates manifests build-check browser molecule demo-check demo-mixed-check demo-gpu-check)
+parts=(setup lint unit docs-check gates manifests build-check browser molecule demo-check demo-mixed-check demo-gpu-check demo-tune-check)
 if [[ -n ${MAKE_TEST_PARTS:-} ]]; then
   wanted=" $MAKE_TEST_PARTS "
   chosen=()

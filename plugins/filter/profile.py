@@ -76,9 +76,9 @@ def tune_decide(before, after, speed, layout, min_gain=0.10, previous=None):
         raise AnsibleFilterError("tune_decide: %s" % err) from err
 
 
-def tune_needs_profile(plan, figures, mode="auto"):
+def tune_needs_profile(plan, figures, mode="auto", hosts=None):
     try:
-        return needs_profile(plan or {}, figures or {}, mode)
+        return needs_profile(plan or {}, figures or {}, mode, hosts or ())
     except (TuneError, ValueError) as err:
         raise AnsibleFilterError("tune_needs_profile: %s" % err) from err
 

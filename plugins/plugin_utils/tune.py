@@ -50,14 +50,18 @@ def _plan(plan: Mapping[str, Any]) -> Plan:
         raise TuneError(str(err)) from err
 
 
-def needs_profile(plan: Mapping[str, Any], figures: Mapping[str, Any], mode: Any = "auto") -> Dict[str, Any]:
+def needs_profile(
+    plan: Mapping[str, Any], figures: Mapping[str, Any], mode: Any = "auto", hosts: Sequence[str] = ()
+) -> Dict[str, Any]:
     """Whether tune.yml measures the fleet (profile.yml) before it re-plans.
 
-    ``figures``: profile_speed's result for the plan's hosts (``speed``: host -> figures,
-    ``remeasure``: why a host's figures cannot be used). ``mode``: ``always`` measures,
+    ``figures``: profile_speed's result for the fleet's hosts (``speed``: host -> figures,
+    ``remeasure``: why a host's figures cannot be used). ``hosts``: every host the speed re-plan
+    may use (the head and every worker of the inventory; default the running plan's), since the
+    speed objective refuses a candidate without figures. ``mode``: ``always`` measures,
     ``never`` reuses profile.json as it is (a host without figures then fails the prediction,
-    named), ``auto`` measures unless every host of the running plan has usable figures: a
-    second run on a tuned fleet restarts nothing. Returns ``measure`` and ``reason``."""
+    named), ``auto`` measures unless every one of those hosts has usable figures: a second run
+    on a tuned fleet restarts nothing. Returns ``measure`` and ``reason``."""
     mode = str(mode).lower() if not isinstance(mode, bool) else ("always" if mode else "never")
     if mode not in PROFILE_MODES:
         raise TuneError("tune_profile must be one of %s, got %r" % (", ".join(PROFILE_MODES), mode))
@@ -65,20 +69,24 @@ def needs_profile(plan: Mapping[str, Any], figures: Mapping[str, Any], mode: Any
         return {"measure": True, "reason": "tune_profile is always: measuring the running plan"}
     if mode == "never":
         return {"measure": False, "reason": "tune_profile is never: the figures of profile.json as they are"}
-    names = _plan(plan).names
+    running = list(_plan(plan).names)
+    names = running + [str(h) for h in hosts or () if str(h) not in running]
     speed = figures.get("speed") or {}
     missing = [name for name in names if name not in speed]
     if not missing:
         return {
             "measure": False,
-            "reason": "profile.json has usable figures for every host of the running plan (%s): "
+            "reason": "profile.json has usable figures for every host of the fleet (%s): "
             "reusing them (tune_profile=always measures again)" % ", ".join(names),
         }
     why = [r for r in figures.get("remeasure") or [] if str(r).split(":", 1)[0] in missing]
     return {
         "measure": True,
         "reason": "measuring the running plan: no usable figures for %s%s"
-        % (", ".join(missing), " (%s)" % "; ".join(why) if why else " (no profile.json)"),
+        % (
+            ", ".join(missing),
+            " (%s)" % "; ".join(why) if why else (" (not in profile.json)" if speed else " (no profile.json)"),
+        ),
     }
 
 

@@ -23,6 +23,7 @@ PARTS = [
     "demo-check",
     "demo-mixed-check",
     "demo-gpu-check",
+    "demo-tune-check",
 ]
 
 FAKE_MAKE = """#!/usr/bin/env bash

@@ -200,7 +200,7 @@ FRESH = {"speed": dict(SPEED), "remeasure": []}
 def test_auto_reuses_a_profile_with_figures_for_every_host_of_the_plan():
     got = T.needs_profile(MEMORY, FRESH, "auto")
     assert got["measure"] is False
-    assert "every host of the running plan (head, fast, nas)" in got["reason"]
+    assert "every host of the fleet (head, fast, nas)" in got["reason"]
     # a host in the plan without figures: measure, and say which and why
     stale = {
         "speed": {k: v for k, v in SPEED.items() if k != "nas"},
@@ -213,6 +213,18 @@ def test_auto_reuses_a_profile_with_figures_for_every_host_of_the_plan():
     )
     got = T.needs_profile(MEMORY, {"speed": {}, "remeasure": []}, "auto")
     assert got["measure"] is True and "head, fast, nas (no profile.json)" in got["reason"]
+
+
+def test_auto_measures_when_a_worker_the_plan_leaves_out_has_no_figures():
+    """The speed re-plan may use every worker of the inventory and refuses one without figures:
+    a profile.json with figures for the running plan's hosts only (a measuring run that failed on
+    the left-out worker) is measured again, naming that worker (make demo-tune-check's wifi)."""
+    got = T.needs_profile(MEMORY, FRESH, "auto", hosts=["head", "fast", "wifi", "nas"])
+    assert got["measure"] is True
+    assert got["reason"] == "measuring the running plan: no usable figures for wifi (not in profile.json)"
+    with_wifi = {"speed": {**SPEED, "wifi": dict(SPEED["nas"])}, "remeasure": []}
+    got = tune_needs_profile(MEMORY, with_wifi, "auto", hosts=["head", "fast", "wifi", "nas"])
+    assert got["measure"] is False and "(head, fast, nas, wifi)" in got["reason"]
 
 
 def test_always_and_never_override_the_profile():
