@@ -57,6 +57,15 @@ class PlanError(ValueError):
     """A plan that cannot be read (the message names the field and the value)."""
 
 
+class PlanEmpty(PlanError):
+    """A plan dict without host rows (``hosts`` absent or empty: nothing planned or deployed yet);
+    ``value`` is what ``hosts`` held."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__("plan: hosts must be a non-empty list of host rows, got %r" % (value,))
+        self.value = value
+
+
 def _fail(field: str, what: str, value: Any) -> PlanError:
     return PlanError("plan: %s must be %s, got %r" % (field, what, value))
 
@@ -414,7 +423,9 @@ class Plan:
         if version not in VERSIONS:
             raise _fail("version", " or ".join(map(str, VERSIONS)), version)
         rows = data.get("hosts")
-        if not isinstance(rows, list) or not rows:
+        if not rows:
+            raise PlanEmpty(rows)
+        if not isinstance(rows, list):
             raise _fail("hosts", "a non-empty list of host rows", rows)
         head_name = data.get("head")
         if head_name is None:
@@ -460,6 +471,19 @@ class Plan:
     def to_dict(self) -> Dict[str, Any]:
         """plan.json as it was read (a deep copy: the caller may change it)."""
         return copy.deepcopy(dict(self.data))
+
+    @property
+    def table(self) -> str:
+        """The placement table the planner wrote (``table``; "" when the plan has none)."""
+        return str(self.data.get("table") or "")
+
+    @property
+    def warnings(self) -> Tuple[str, ...]:
+        """The planner's warnings (``warnings``: an uncalibrated backend, a host left out)."""
+        got = self.data.get("warnings") or []
+        if not isinstance(got, list):
+            raise _fail("warnings", "a list of strings", got)
+        return tuple(str(w) for w in got)
 
     # ------------------------------------------------------------------ the placement
 
@@ -774,3 +798,26 @@ def _device_split(
 def parse(data: Any) -> Plan:
     """:meth:`Plan.from_dict`."""
     return Plan.from_dict(data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """The planner's answer when it places nothing (``ok: false``): why (``msg``), the table of
+    what it tried as text, and the MiB missing per host (docs/planner.md)."""
+
+    msg: str
+    table_text: str = ""
+    missing: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def parse_answer(data: Any) -> Any:
+    """The planner's answer parsed: a :class:`Refusal` when it says ``ok: false``, else the
+    :class:`Plan` (:func:`parse`; a :class:`PlanError` names the field at fault)."""
+    if isinstance(data, Mapping) and not data.get("ok", True):
+        missing = data.get("missing") or {}
+        return Refusal(
+            msg=str(data.get("msg") or "no placement"),
+            table_text=str(data.get("table_text") or ""),
+            missing=dict(missing) if isinstance(missing, Mapping) else {},
+        )
+    return parse(data)

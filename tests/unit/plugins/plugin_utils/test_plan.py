@@ -447,3 +447,30 @@ def test_another_split_over_devices_gives_each_device_the_layers_asked_for(
         assert outs == [("head", "CPU")] and again.output_on_head
     else:
         assert outs == [holders[-1]]
+
+
+def test_the_planners_answer_parsed_a_plan_or_a_refusal() -> None:
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import (
+        PlanEmpty,
+        Refusal,
+        parse,
+        parse_answer,
+    )
+
+    data = real_plan()
+    plan = parse_answer(data)
+    assert isinstance(plan, Plan) and plan.table == data["table"] and plan.table
+    assert plan.warnings == tuple(data.get("warnings") or [])
+    assert parse(dict(data, warnings=["w3 is not used"])).warnings == ("w3 is not used",)
+    with pytest.raises(PlanError, match=r"plan: warnings must be a list of strings, got 'x'"):
+        _ = parse(dict(data, warnings="x")).warnings
+    got = parse_answer({"ok": False, "msg": "w1 misses 5 MiB", "table_text": "t", "missing": {"w1": 5}})
+    assert got == Refusal("w1 misses 5 MiB", "t", {"w1": 5})
+    # a plan without host rows is its own error (nothing planned yet), still a PlanError
+    for hosts in (None, []):
+        with pytest.raises(PlanEmpty) as err:
+            parse({"hosts": hosts})
+        assert err.value.value == hosts and isinstance(err.value, PlanError)
+    with pytest.raises(PlanError, match="non-empty list of host rows, got 'x'") as err:
+        parse({"hosts": "x"})
+    assert not isinstance(err.value, PlanEmpty)
