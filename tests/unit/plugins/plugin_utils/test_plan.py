@@ -463,7 +463,7 @@ def test_the_planners_answer_parsed_a_plan_or_a_refusal() -> None:
     assert plan.warnings == tuple(data.get("warnings") or [])
     assert parse(dict(data, warnings=["w3 is not used"])).warnings == ("w3 is not used",)
     with pytest.raises(PlanError, match=r"plan: warnings must be a list of strings, got 'x'"):
-        _ = parse(dict(data, warnings="x")).warnings
+        assert not parse(dict(data, warnings="x")).warnings
     got = parse_answer({"ok": False, "msg": "w1 misses 5 MiB", "table_text": "t", "missing": {"w1": 5}})
     assert got == Refusal("w1 misses 5 MiB", "t", {"w1": 5})
     # a plan without host rows is its own error (nothing planned yet), still a PlanError
