@@ -29,7 +29,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import flavour_backend
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanError, parse
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import HostPlan, Plan, PlanError, parse
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.systemd_unit import (
     UnitValueError,
     quote,
@@ -79,6 +79,40 @@ def check_env(env: Any, host: str) -> Dict[str, str]:
     return out
 
 
+def build_problem(row: HostPlan, flavour: Optional[str]) -> Optional[str]:
+    """Why the llama.cpp build of ``flavour`` cannot serve the GPU devices the plan gives the host
+    of ``row`` (None when it can): a device of another backend than the build's
+    (``module_utils.devices.flavour_backend``), or any GPU device for a CPU build. An unknown
+    flavour ("", what-if planning) and ``source`` (a build whose backends its name does not say)
+    are not judged. The message names the host, the device, its backend and the flavour."""
+    gpus = row.gpu_devices
+    build_backend = flavour_backend(flavour)
+    if build_backend is not None:
+        bad = [d for d in gpus if d.backend != build_backend]
+        if bad:
+            return "%s: the plan puts layers on %s but the host's llama.cpp build %s carries %s" % (
+                row.name,
+                ", ".join("%s (%s)" % (d.name, d.backend) for d in bad),
+                flavour,
+                build_backend,
+            )
+    elif gpus and flavour and flavour != "source":
+        return (
+            "%s: the plan puts layers on %s but the host's llama.cpp build %s is a CPU build: "
+            "choose its GPU flavour (llama_cpp_flavour)"
+            % (row.name, ", ".join("%s (%s)" % (d.name, d.backend) for d in gpus), flavour)
+        )
+    return None
+
+
+def build_problems(plan: Any, flavours: Mapping[str, Optional[str]]) -> List[str]:
+    """:func:`build_problem` for every host of ``plan`` (``flavours``: host -> its flavour), one
+    line per host whose build lacks a planned device's backend (the plan role's refusal)."""
+    parsed: Plan = plan if isinstance(plan, Plan) else parse(plan)
+    found = (build_problem(row, flavours.get(row.name)) for row in parsed.hosts)
+    return [p for p in found if p]
+
+
 def serving(plan: Any, host: str, flavour: Optional[str] = None, env: Any = None) -> Dict[str, Any]:
     """What ``host``'s llama.cpp process needs for its planned devices.
 
@@ -98,17 +132,9 @@ def serving(plan: Any, host: str, flavour: Optional[str] = None, env: Any = None
     names = row.device_names()
     gpus = row.gpu_devices
     build_backend = flavour_backend(flavour)
-    for device in gpus:
-        if build_backend is not None and device.backend != build_backend:
-            raise ServingError(
-                "%s: the plan puts layers on %s (%s) but the host's llama.cpp build %s carries %s"
-                % (host, device.name, device.backend, flavour, build_backend)
-            )
-    if gpus and flavour and build_backend is None and flavour != "source":
-        raise ServingError(
-            "%s: the plan puts layers on %s but the host's llama.cpp build %s is a CPU build: "
-            "choose its GPU flavour (llama_cpp_flavour)" % (host, ", ".join(d.name for d in gpus), flavour)
-        )
+    problem = build_problem(row, flavour)
+    if problem:
+        raise ServingError(problem)
     args: List[str] = []
     if row.role == "worker" and (gpus or build_backend is not None):
         args = ["-d", ",".join(names)]

@@ -29,18 +29,41 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render 
     OUTPUT_ON_HEAD_ARGS,
     split_args,
 )
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import (
+    rpc_device_names,
+    rpc_report_names,
+)
 
 __metaclass__ = type
 
 ROLES = ("head", "worker")
 VERSIONS = (1, 2)  # plan.json versions read: 2 lists each host's devices, 1 has one CPU per host
 # llama-server options that say where the layers go (split_args writes them) and its polling level
-SPLIT_OPTIONS = ("--rpc", "--tensor-split", "-ts", "-ngl", "--n-gpu-layers", "-sm", "--split-mode")
+SPLIT_OPTIONS = (
+    "--rpc",
+    "--device",
+    "-dev",
+    "--tensor-split",
+    "-ts",
+    "-ngl",
+    "--n-gpu-layers",
+    "-sm",
+    "--split-mode",
+)
 POLL_OPTIONS = ("--poll", "--poll-batch")
 
 
 class PlanError(ValueError):
     """A plan that cannot be read (the message names the field and the value)."""
+
+
+class PlanEmpty(PlanError):
+    """A plan dict without host rows (``hosts`` absent or empty: nothing planned or deployed yet);
+    ``value`` is what ``hosts`` held."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__("plan: hosts must be a non-empty list of host rows, got %r" % (value,))
+        self.value = value
 
 
 def _fail(field: str, what: str, value: Any) -> PlanError:
@@ -400,7 +423,9 @@ class Plan:
         if version not in VERSIONS:
             raise _fail("version", " or ".join(map(str, VERSIONS)), version)
         rows = data.get("hosts")
-        if not isinstance(rows, list) or not rows:
+        if not rows:
+            raise PlanEmpty(rows)
+        if not isinstance(rows, list):
             raise _fail("hosts", "a non-empty list of host rows", rows)
         head_name = data.get("head")
         if head_name is None:
@@ -447,6 +472,19 @@ class Plan:
         """plan.json as it was read (a deep copy: the caller may change it)."""
         return copy.deepcopy(dict(self.data))
 
+    @property
+    def table(self) -> str:
+        """The placement table the planner wrote (``table``; "" when the plan has none)."""
+        return str(self.data.get("table") or "")
+
+    @property
+    def warnings(self) -> Tuple[str, ...]:
+        """The planner's warnings (``warnings``: an uncalibrated backend, a host left out)."""
+        got = self.data.get("warnings") or []
+        if not isinstance(got, list):
+            raise _fail("warnings", "a list of strings", got)
+        return tuple(str(w) for w in got)
+
     # ------------------------------------------------------------------ the placement
 
     @property
@@ -460,7 +498,11 @@ class Plan:
 
     @property
     def output_on_head(self) -> bool:
-        """Whether the head holds the output layer (or no used worker does)."""
+        """Whether the head holds the output layer on its CPU (or no used worker holds it): what
+        :meth:`with_split`'s ``output_on_head`` takes. A head whose own GPU holds it (a version 2
+        plan of the head alone: the last device with layers) does not keep it on its CPU."""
+        if any(d.output_layer for d in self.head.gpu_devices):
+            return False
         return self.head.output_layer or not any(w.output_layer for w in self.workers)
 
     @property
@@ -528,12 +570,24 @@ class Plan:
         head: Optional[Mapping[str, Any]] = None,
         others: Sequence[Mapping[str, Any]] = (),
         poll: Optional[int] = None,
+        device_layers: Optional[Mapping[str, Sequence[int]]] = None,
     ) -> Dict[str, Any]:
         """This plan (a dict) with another split: ``workers`` (rows, in ``--rpc`` order) holding
         ``counts`` repeating layers each after the head's ``head_layers``, the output layer on the
         head or the last worker; ``head`` replaces the head's row, ``others`` are rows of hosts
         the split does not use. Each row's ``layers`` and ``output_layer`` are set here, the
-        arguments are split_args's followed by the plan's other options (and ``--poll poll``)."""
+        arguments are split_args's followed by the plan's other options (and ``--poll poll``).
+
+        A host whose row lists several devices (plan.json version 2: a worker offering
+        ``Vulkan0,CPU``, a head with its CPU and its GPU) splits its layers over them in the
+        row's order, llama.cpp's (the head's CPU first): ``device_layers`` names, per such host,
+        the layers each device holds (``{"desktop": [30, 4]}``, summing to the host's count); a
+        host it does not name keeps each device's layers when its own count is unchanged and is
+        refused otherwise. Every device of a row stays in it (a worker's running rpc-server
+        offers them all: the head's ``RPC<n>`` names count them), one with no layers gets a zero
+        share. Such a plan's arguments carry ``--device`` and a tensor split per device
+        (split_args with ``devices``); a plan whose every host is one CPU keeps the split over
+        hosts."""
         if len(workers) != len(counts):
             raise PlanError("plan: %d workers for %d layer counts" % (len(workers), len(counts)))
         out = self.to_dict()
@@ -547,9 +601,14 @@ class Plan:
             row["output_layer"] = not output_on_head and i == len(workers) - 1
             placed.append(row)
             first += count
-        head_row = _one_cpu(head_row, "CPU")
-        placed = [_one_cpu(row, "RPC0[%s]" % row.get("endpoint")) for row in placed]
-        args = split_args([str(w.get("endpoint")) for w in placed], head_layers, list(counts), output_on_head)
+        if self.split_value("--device") is not None or not all(_one_cpu_row(r) for r in [head_row, *placed]):
+            head_row, placed, args = _device_split(head_row, placed, output_on_head, device_layers or {})
+        else:
+            head_row = _one_cpu(head_row, "CPU")
+            placed = [_one_cpu(row, "RPC0[%s]" % row.get("endpoint")) for row in placed]
+            args = split_args(
+                [str(w.get("endpoint")) for w in placed], head_layers, list(counts), output_on_head
+            )
         args += self.option_args()
         if poll is not None:
             args += ["--poll", str(poll)]
@@ -599,17 +658,25 @@ class Plan:
         }
 
 
+def _one_cpu_row(row: Mapping[str, Any]) -> bool:
+    """Whether a row is one CPU: no ``devices`` (version 1) or exactly one, of the CPU backend."""
+    devices = row.get("devices")
+    if devices is None:
+        return True
+    return (
+        isinstance(devices, list)
+        and len(devices) == 1
+        and isinstance(devices[0], Mapping)
+        and devices[0].get("backend", "cpu") == "cpu"
+    )
+
+
 def _one_cpu(row: Dict[str, Any], report_name: str) -> Dict[str, Any]:
     """A row of :meth:`Plan.with_split` with its ``devices`` following its new layers: a host
     whose one device is its CPU (a split over hosts does not move layers between devices)."""
     devices = row.get("devices")
     if devices is None:
         return row
-    if len(devices) != 1 or (devices[0] or {}).get("backend", "cpu") != "cpu":
-        raise PlanError(
-            "plan: host %s has devices %s: another split over hosts cannot say which device holds"
-            " which layers (plan the fleet again)" % (row.get("name"), [d.get("name") for d in devices])
-        )
     return dict(
         row,
         devices=[
@@ -623,6 +690,134 @@ def _one_cpu(row: Dict[str, Any], report_name: str) -> Dict[str, Any]:
     )
 
 
+def _row_devices(row: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """A row's devices in llama.cpp's order (a version 1 row: its one CPU)."""
+    devices = row.get("devices")
+    if devices is None:
+        return [{"name": "CPU", "backend": "cpu"}]
+    if not isinstance(devices, list) or not devices or not all(isinstance(d, Mapping) for d in devices):
+        raise _fail("host %s: devices" % row.get("name"), "a non-empty list of device dicts", devices)
+    return [dict(d) for d in devices]
+
+
+def _device_counts(
+    row: Mapping[str, Any], devices: Sequence[Mapping[str, Any]], given: Optional[Sequence[int]]
+) -> List[int]:
+    """The layers each of a row's devices holds in :meth:`Plan.with_split` (see there)."""
+    name = row.get("name")
+    count = row["layers"][1] - row["layers"][0]
+    names = [d.get("name") for d in devices]
+    if given is not None:
+        got = list(given) if isinstance(given, (list, tuple)) else None
+        if (
+            got is None
+            or len(got) != len(devices)
+            or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in got)
+            or sum(got) != count
+        ):
+            raise PlanError(
+                "plan: host %s: device_layers %r must give each of its devices %s a layer count >= 0,"
+                " %d in all" % (name, given, names, count)
+            )
+        return got
+    if len(devices) == 1:
+        return [count]
+    held = [
+        _span(d.get("layers", [0, 0]), "host %s: devices[%d].layers" % (name, i))
+        for i, d in enumerate(devices)
+    ]
+    kept = [last - first for first, last in held]
+    if sum(kept) != count:
+        raise PlanError(
+            "plan: host %s holds devices %s (%s layers): say how its %d layers split over them"
+            " (with_split's device_layers)" % (name, names, kept, count)
+        )
+    return kept
+
+
+def _device_split(
+    head_row: Dict[str, Any],
+    placed: List[Dict[str, Any]],
+    output_on_head: bool,
+    device_layers: Mapping[str, Sequence[int]],
+) -> Tuple[Dict[str, Any], List[Dict[str, Any]], List[str]]:
+    """:meth:`Plan.with_split` over devices: the rows with each device's ``layers``,
+    ``output_layer`` and ``report_name``, and split_args over the device chain (the head's
+    devices after its CPU by their names, then every worker's as ``RPC<n>``)."""
+    rows = [head_row, *placed]
+    unknown = sorted(set(device_layers) - {str(r.get("name")) for r in rows})
+    if unknown:
+        raise PlanError("plan: device_layers names hosts the split does not use: %s" % ", ".join(unknown))
+    listed = [_row_devices(r) for r in rows]
+    shares = [_device_counts(r, d, device_layers.get(str(r.get("name")))) for r, d in zip(rows, listed)]
+    head_devices = listed[0]
+    cpus = [i for i, d in enumerate(head_devices) if d.get("backend", "cpu") == "cpu"]
+    if cpus not in ([], [0]):
+        raise PlanError(
+            "plan: host %s: the head's CPU must be its first device (llama.cpp's order), got %s"
+            % (head_row.get("name"), [d.get("name") for d in head_devices])
+        )
+    on_cpu = 1 if cpus else 0
+    # the chain --device names: the head's devices after its CPU, then each worker's devices
+    chain = [(0, j) for j in range(on_cpu, len(head_devices))]
+    chain += [(i, j) for i in range(1, len(rows)) for j in range(len(listed[i]))]
+    counts = [shares[i][j] for i, j in chain]
+    names = [str(head_devices[j].get("name")) for _i, j in chain[: len(head_devices) - on_cpu]]
+    for got in rpc_device_names([len(d) for d in listed[1:]]) if placed else []:
+        names += got
+    endpoints = [str(w.get("endpoint")) for w in placed]
+    cpu_layers = shares[0][0] if on_cpu else 0
+    args = split_args(endpoints, cpu_layers, counts, output_on_head, devices=names)
+    holders = [k for k, c in enumerate(counts) if c > 0]
+    # the output layer: on the head's first device (its CPU) with -ot or when no device holds
+    # layers, else on the last device that does (llama.cpp's output slot)
+    output = (0, 0) if output_on_head or not holders else chain[holders[-1]]
+    reports = [[str(d.get("name")) for d in head_devices]]
+    reports += rpc_report_names(endpoints, [len(d) for d in listed[1:]]) if placed else []
+    out_rows = []
+    for i, (row, devices) in enumerate(zip(rows, listed)):
+        row = dict(row, output_layer=output[0] == i)
+        first = row["layers"][0]
+        if row.get("devices") is not None:
+            placed_devices = []
+            for j, (device, count) in enumerate(zip(devices, shares[i])):
+                placed_devices.append(
+                    dict(
+                        device,
+                        layers=[first, first + count],
+                        output_layer=output == (i, j),
+                        report_name=reports[i][j],
+                    )
+                )
+                first += count
+            row["devices"] = placed_devices
+        out_rows.append(row)
+    return out_rows[0], out_rows[1:], args
+
+
 def parse(data: Any) -> Plan:
     """:meth:`Plan.from_dict`."""
     return Plan.from_dict(data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """The planner's answer when it places nothing (``ok: false``): why (``msg``), the table of
+    what it tried as text, and the MiB missing per host (docs/planner.md)."""
+
+    msg: str
+    table_text: str = ""
+    missing: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def parse_answer(data: Any) -> Any:
+    """The planner's answer parsed: a :class:`Refusal` when it says ``ok: false``, else the
+    :class:`Plan` (:func:`parse`; a :class:`PlanError` names the field at fault)."""
+    if isinstance(data, Mapping) and not data.get("ok", True):
+        missing = data.get("missing") or {}
+        return Refusal(
+            msg=str(data.get("msg") or "no placement"),
+            table_text=str(data.get("table_text") or ""),
+            missing=dict(missing) if isinstance(missing, Mapping) else {},
+        )
+    return parse(data)

@@ -17,12 +17,20 @@ from __future__ import absolute_import, annotations, division, print_function
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.constants import DEFAULT_RPC_PORT
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_serving import build_problems
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement import host_from_fact, keep_previous
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import PlacementError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import PlanInputError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_inputs import port as check_port
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render import render_table
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import (
+    Plan,
+    PlanError,
+    Refusal,
+    parse_answer,
+)
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import ProfileError, speeds
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.rpc_fleet import host_flavour
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed_search import make_plan
 
 __metaclass__ = type
@@ -168,6 +176,32 @@ def keep(
         raise PlanStepError("plan_keep: %s" % err) from err
 
 
+def builds_refusal(
+    plan: Any, names: Sequence[str], hostvars: Mapping[str, Any], table: str = ""
+) -> Optional[Dict[str, Any]]:
+    """The refusal (``{ok: false, msg, table_text, missing}``) of a plan (a :class:`plan.Plan` or
+    its dict) that puts layers on a device whose backend a host's llama.cpp build lacks
+    (device_serving.build_problem, the check the llama_rpc role makes again when it writes the
+    units), or None when every build serves its devices. Each host's flavour is read as the
+    llama_cpp role reads it (rpc_fleet.host_flavour)."""
+    flavours = {name: host_flavour(_host_vars(hostvars, name, "plan_devices")) for name in names}
+    try:
+        problems = build_problems(plan, flavours)
+    except PlanError as err:
+        raise PlanStepError("plan_devices: %s" % err) from err
+    if not problems:
+        return None
+    return {
+        "ok": False,
+        "msg": "; ".join(problems)
+        + ". Install a build that carries the device's backend on that host (llama_cpp_flavour,"
+        " docs/artifacts.md) or plan it without that device (llmfleet_host.devices)",
+        "table": None,
+        "table_text": table,
+        "missing": {},
+    }
+
+
 def run(
     layout: Any,
     model: Dict[str, Any],
@@ -208,23 +242,33 @@ def run(
     worker_hosts = hosts_from_vars(list(workers or []), hostvars, port, by_host)
     earlier = {} if replan or not previous else dict(previous)
     verdict = keep(earlier, layout, model, head_host, worker_hosts, options, reserve_mib, backend, target)
-    if verdict.get("keep"):
+    kept = bool(verdict.get("keep"))
+    if kept:
         plan = earlier
-        shown = verdict.get("table") or ""
         line = "kept the previous plan (%s): %s" % (previous_path, "; ".join(verdict.get("reasons") or []))
     else:
         plan = placement(layout, model, head_host, worker_hosts, options, reserve_mib, backend, target)
-        ok = plan.get("ok", True)
-        shown = (plan.get("table") if ok else plan.get("table_text")) or ""
         why = "plan_replan is set" if replan else "; ".join(verdict.get("reasons") or [])
         line = "re-planned: %s" % why
-    ok = bool(plan.get("ok", True))
-    warnings = ["WARNING: %s" % w for w in plan.get("warnings") or []]
+    try:
+        answer = parse_answer(plan)
+    except PlanError as err:
+        raise PlanStepError("%s: %s" % ("plan_keep" if kept else "plan_placement", err)) from err
+    if kept:
+        shown = verdict.get("table") or ""
+    else:
+        shown = answer.table_text if isinstance(answer, Refusal) else answer.table
+    if isinstance(answer, Plan) and backend == "llama_cpp":
+        refused = builds_refusal(answer, names, hostvars, shown)
+        if refused is not None:
+            plan, answer = refused, parse_answer(refused)
+    ok = isinstance(answer, Plan)
+    warnings = ["WARNING: %s" % w for w in answer.warnings] if isinstance(answer, Plan) else []
     return {
         "plan": plan,
         "ok": ok,
-        "kept": bool(verdict.get("keep")),
-        "computed": not verdict.get("keep"),
+        "kept": kept,
+        "computed": not kept,
         "keep": verdict,
         "speed": figures,
         "lines": [*str(shown).split("\n"), line, *warnings],

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import speed
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanEmpty, PlanError, parse
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import (
     MEASURE_THREADS,
     SPEED_FIGURE_KEYS,
@@ -31,12 +31,12 @@ MIN_CPU_SECONDS = 0.01
 
 
 def _parse(plan: Mapping[str, Any]) -> Optional[Plan]:
-    """The plan parsed (plan.Plan), None for a plan without hosts (nothing measured), or
+    """The plan parsed (plan.parse), None for a plan without hosts (nothing measured), or
     :class:`ProfileError` naming the field at fault."""
-    if isinstance(plan, Mapping) and not plan.get("hosts"):
-        return None
     try:
-        return Plan.from_dict(plan)
+        return parse(plan)
+    except PlanEmpty:
+        return None
     except PlanError as err:
         raise ProfileError(str(err)) from err
 

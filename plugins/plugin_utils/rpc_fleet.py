@@ -61,22 +61,30 @@ def _get(hostvars: Any, key: str) -> Any:
         return None
 
 
-def host_build(name: str, hostvars: Any, lock_releases: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """The build the llama_cpp role will choose for ``name``: ``{host, build, flavour, rpc_proto,
-    entry}`` (``entry`` false when the table has none for it), read the way the role reads it: its
-    ``llama_cpp_build``, its ``llama_cpp_flavour`` or else the probe's flavour, and the inventory's
-    ``llama_cpp_releases`` over the lock's."""
-    build = _get(hostvars, "llama_cpp_build")
+def host_flavour(hostvars: Any) -> str:
+    """The llama.cpp flavour the llama_cpp role will install on a host ("" when not known), read
+    the way the role reads it: the host's ``llama_cpp_flavour``, else the probe's
+    ``llmfleet_host.backends.llama_cpp.flavour``. ``hostvars`` is that host's variables."""
     flavour = _get(hostvars, "llama_cpp_flavour")
     if not flavour:
         fact = _get(hostvars, "llmfleet_host") or {}
         backend = ((fact.get("backends") or {}) if isinstance(fact, Mapping) else {}).get("llama_cpp") or {}
         flavour = backend.get("flavour") if isinstance(backend, Mapping) else None
+    return str(flavour) if flavour else ""
+
+
+def host_build(name: str, hostvars: Any, lock_releases: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The build the llama_cpp role will choose for ``name``: ``{host, build, flavour, rpc_proto,
+    entry}`` (``entry`` false when the table has none for it), read the way the role reads it: its
+    ``llama_cpp_build``, its flavour (:func:`host_flavour`), and the inventory's
+    ``llama_cpp_releases`` over the lock's."""
+    build = _get(hostvars, "llama_cpp_build")
+    flavour = host_flavour(hostvars)
     table = _merge(lock_releases or {}, _get(hostvars, "llama_cpp_releases") or {})
     got: Dict[str, Any] = {
         "host": name,
         "build": str(build) if build not in (None, "") else "",
-        "flavour": str(flavour) if flavour else "",
+        "flavour": flavour,
         "rpc_proto": None,
         "entry": False,
     }

@@ -24,7 +24,14 @@ import statistics
 from typing import Any, Dict, List, Mapping, Sequence
 
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Model
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanError
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import (
+    Plan,
+    PlanEmpty,
+    PlanError,
+    Refusal,
+    parse,
+    parse_answer,
+)
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import Shape, estimate_split, figures_of
 
 __metaclass__ = type
@@ -40,12 +47,13 @@ class TuneError(ValueError):
 
 
 def _plan(plan: Mapping[str, Any]) -> Plan:
-    """The plan parsed (plan.Plan), or :class:`TuneError` naming the field at fault."""
-    if not isinstance(plan, Mapping) or not isinstance(plan.get("hosts"), list) or not plan.get("hosts"):
-        got = plan.get("hosts") if isinstance(plan, Mapping) else plan
-        raise TuneError("the plan has no hosts (got %r): run playbooks/site.yml first" % (got,))
+    """The plan parsed (plan.parse), or :class:`TuneError` naming the field at fault."""
     try:
-        return Plan.from_dict(plan)
+        return parse(plan)
+    except PlanEmpty as err:
+        raise TuneError(
+            "the plan has no hosts (got %r): run playbooks/site.yml first" % (err.value,)
+        ) from None
     except PlanError as err:
         raise TuneError(str(err)) from err
 
@@ -154,8 +162,12 @@ def decide(
         raise TuneError("tune_min_gain must be a number >= 0, got %r" % (min_gain,)) from err
     if not math.isfinite(min_gain) or min_gain < 0:
         raise TuneError("tune_min_gain must be a number >= 0, got %r" % (min_gain,))
-    if after.get("ok") is False:
-        raise TuneError("the speed plan failed: %s" % after.get("msg", "no placement"))
+    try:
+        answer = parse_answer(after)
+    except PlanError:
+        answer = None  # predict() names the field at fault
+    if isinstance(answer, Refusal):
+        raise TuneError("the speed plan failed: %s" % answer.msg)
     pred_before = predict(before, speed, layout)
     pred_after = predict(after, speed, layout)
     args_before, args_after = list(_plan(before).llama_server_args), list(_plan(after).llama_server_args)

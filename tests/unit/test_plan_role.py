@@ -216,3 +216,30 @@ def test_plan_refuses_builds_of_different_rpc_protocols_before_anything(tmp_path
         else:  # an older minor on the workers: llama-server accepts it
             assert result.returncode == 0, result.stdout[-3000:]
             assert json.loads((out / "plan.json").read_text())["workers"] == ["w3"]
+
+
+def test_plan_refuses_a_device_the_hosts_build_lacks_before_any_change(tmp_path):
+    """w1 offers a Vulkan GPU and its CPU, and its llama.cpp is the CPU flavour: the plan role
+    refuses it, naming the host, the device, its backend and the flavour, and writes nothing
+    (the llama_rpc role found it only when it wrote the units, after the installs)."""
+    env = dict(os.environ, LLMFLEET_TEST_MODEL=GEMMA, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", os.path.join(CACHE, "collections"))
+    inventory = os.path.join(ROOT, "tests", "fixtures", "plan", "whatif-gpu.yml")
+
+    def run(out, *extra):
+        cmd = ["ansible-playbook", os.path.join(ROOT, "playbooks", "plan.yml"), "-i", inventory]
+        cmd += ["-e", f"llmfleet_output_dir={out}", *extra]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+
+    refused = run(tmp_path / "cpu")
+    assert refused.returncode != 0
+    assert (
+        "plan: w1: the plan puts layers on Vulkan0 (vulkan) but the host's llama.cpp build ubuntu-x64"
+        " is a CPU build" in refused.stdout
+    ), refused.stdout[-3000:]
+    assert not (tmp_path / "cpu" / "plan.json").exists()
+    # the Vulkan flavour serves it (a CPU-only head of a Vulkan build is not judged)
+    served = run(tmp_path / "vulkan", "-e", "llama_cpp_flavour=ubuntu-vulkan-x64")
+    assert served.returncode == 0, served.stdout[-3000:]
+    plan = json.loads((tmp_path / "vulkan" / "plan.json").read_text())
+    assert [d["name"] for d in plan["hosts"][1]["devices"]] == ["Vulkan0"]

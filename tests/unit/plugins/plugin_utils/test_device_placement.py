@@ -234,8 +234,8 @@ def test_a_version_2_plan_round_trips_through_plan_py(facts) -> None:
     assert plan.workers[1].devices[0].report_name == "RPC0[10.0.0.3:50052]"
     assert plan.workers[1].devices[0].output_layer
     assert plan.workers[0].devices[0].predicted_mib["total"] <= plan.workers[0].devices[0].budget_mib
-    # another split over hosts cannot say which device holds what
-    with pytest.raises(PlanError, match="rtx3060-desktop has devices"):
+    # another split over hosts must say which of the head's devices holds what
+    with pytest.raises(PlanError, match=r"host rtx3060-desktop holds devices \['CPU', 'Vulkan0'\]"):
         plan.with_split([plan.row(w) for w in plan.workers], 100, [70, 15], False)
     # a version 1 plan is still read: one CPU per host
     v1 = json.loads(json.dumps(data))

@@ -14,6 +14,8 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_render 
 )
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanError
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.split_rule import assign_slots
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.unit.plugins.plugin_utils.test_placement import host, layout
 
@@ -258,3 +260,217 @@ def test_the_vllm_section_is_typed_and_checked_against_the_model() -> None:
         assert Plan.from_dict(broken).vllm is None
     # a llama.cpp plan reads as before: the section is parsed only when asked for
     assert Plan.from_dict(real_plan()).head.name
+
+
+# ------------------------------------------------------------------ another split over devices
+
+
+@pytest.fixture(scope="module")
+def gpu_plans() -> dict:
+    """Plans of the planner itself over recorded machines (tests/fixtures/hosts) whose hosts hold
+    several devices: ``two`` a head with its CPU and Vulkan0 and a worker offering Vulkan0 and
+    its CPU (the same RTX 3060 desktop twice); ``worker`` a CPU NAS head and that desktop as a
+    worker (Vulkan0, CPU); ``alone`` the desktop alone (CPU, Vulkan0: no --rpc)."""
+    from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
+
+    from tests.support.host_trees import recorded_hosts
+
+    root = recorded_hosts()
+    pc = hostinfo.probe(str(root / "rtx3060-desktop"))
+    nas = hostinfo.probe(str(root / "celeron-nas"))
+    model = {"name": "big", "url": "http://mirror/models/big.gguf", "sha256": "c" * 64}
+
+    def make(n_layer, head, workers):
+        return P.make_plan(layout(n_layer=n_layer, layer_mib=300), model, head, workers)
+
+    return {
+        "two": make(
+            200,
+            P.host_from_fact("head", pc),
+            [
+                P.host_from_fact("pc2", pc, address="10.0.0.2"),
+                P.host_from_fact("nas", nas, address="10.0.0.3"),
+            ],
+        ),
+        "worker": make(60, P.host_from_fact("nas", nas), [P.host_from_fact("pc2", pc, address="10.0.0.2")]),
+        "alone": make(100, P.host_from_fact("head", pc), [P.host_from_fact("nas", nas, address="10.0.0.3")]),
+    }
+
+
+def _devices(data: dict) -> list:
+    return [
+        (h["name"], d["name"], tuple(d["layers"]), d["output_layer"])
+        for h in data["hosts"]
+        for d in h["devices"]
+    ]
+
+
+def test_the_same_split_of_a_device_plan_gives_the_plans_own_arguments(gpu_plans) -> None:
+    """One builder: with_split with a device plan's own split rebuilds it exactly (rows, devices,
+    report names, --device and the tensor split per device)."""
+    shapes = {
+        "two": [["CPU", "Vulkan0"], ["Vulkan0", "CPU"]],
+        "worker": [["CPU"], ["Vulkan0", "CPU"]],
+        "alone": [["CPU", "Vulkan0"]],
+    }
+    for key, data in gpu_plans.items():
+        plan = Plan.from_dict(data)
+        assert [h.device_names() for h in plan.hosts] == shapes[key], key
+        again = plan.with_split(
+            [plan.row(w) for w in plan.workers], plan.head_layers, plan.worker_layers, plan.output_on_head
+        )
+        assert again == data, key
+
+
+def test_a_device_plans_other_split_keeps_each_devices_layers_when_its_host_keeps_its_count(
+    gpu_plans,
+) -> None:
+    """The output layer moved to the head (measuring.output_moved's move): every host keeps its
+    count, so every device keeps its layers; the arguments say where under llama.cpp's rule."""
+    from tests.unit.plugins.plugin_utils.test_device_placement import check_split
+
+    data = gpu_plans["two"]
+    plan = Plan.from_dict(data)
+    assert not plan.output_on_head
+    moved = plan.with_split([plan.row(w) for w in plan.workers], plan.head_layers, plan.worker_layers, True)
+    check_split(moved, 200)
+    assert [d[:3] for d in _devices(moved)] == [d[:3] for d in _devices(data)]
+    assert [d[3] for d in _devices(moved)] == [True, False, False, False]
+    assert list(OUTPUT_ON_HEAD_ARGS) == moved["llama_server_args"][-6:-4]
+    # a host whose count changes must say how its devices share it, naming the host
+    with pytest.raises(PlanError, match=r"host pc2 holds devices \['Vulkan0', 'CPU'\] \(\[37, 42\] layers\)"):
+        plan.with_split(
+            [plan.row(w) for w in plan.workers],
+            plan.head_layers - 1,
+            [80],
+            False,
+            device_layers={"head": [83, 37]},
+        )
+    with pytest.raises(PlanError, match=r"host pc2: device_layers \[1, 2\] must give each of its devices"):
+        plan.with_split(
+            [plan.row(w) for w in plan.workers],
+            plan.head_layers - 1,
+            [80],
+            False,
+            device_layers={"head": [83, 37], "pc2": [1, 2]},
+        )
+    with pytest.raises(PlanError, match="device_layers names hosts the split does not use: w9"):
+        plan.with_split(
+            [plan.row(w) for w in plan.workers],
+            plan.head_layers,
+            plan.worker_layers,
+            False,
+            device_layers={"w9": [1]},
+        )
+
+
+NAS_ROW = {
+    "name": "nas",
+    "role": "worker",
+    "endpoint": "10.0.0.3:50052",
+    "address": "10.0.0.3",
+    "devices": [{"name": "CPU", "backend": "cpu", "type": "cpu", "layers": [0, 0], "output_layer": False}],
+}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    cuts=st.lists(st.integers(min_value=0, max_value=200), min_size=4, max_size=4),
+    output_on_head=st.booleans(),
+    nas_first=st.booleans(),
+)
+def test_another_split_over_devices_gives_each_device_the_layers_asked_for(
+    gpu_plans, cuts, output_on_head, nas_first
+) -> None:
+    """Any per-device split of 200 layers over the head's CPU and Vulkan0, a worker's Vulkan0 and
+    CPU and a CPU worker, in either --rpc order: the emitted --device and --tensor-split give each
+    device exactly its layers under llama.cpp's rule (the independent emulation,
+    tests/support/llama_split.py), the rows read back, the worker's -d list is what --device
+    counts, and llama.cpp's device order is kept (the head's CPU first, each host contiguous)."""
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_serving import serving
+
+    from tests.support import llama_split
+    from tests.unit.plugins.plugin_utils.test_device_placement import check_split
+
+    plan = Plan.from_dict(gpu_plans["two"])
+    edges = [0, *sorted(cuts), 200]
+    head_cpu, head_gpu, pc_gpu, pc_cpu, nas = (edges[i + 1] - edges[i] for i in range(5))
+    rows = [plan.row(plan.workers[0]), dict(NAS_ROW)]
+    counts = [pc_gpu + pc_cpu, nas]
+    per_host = {"head": [head_cpu, head_gpu], "pc2": [pc_gpu, pc_cpu], "nas": [nas]}
+    if nas_first:
+        rows, counts = rows[::-1], counts[::-1]
+    got = plan.with_split(
+        rows,
+        head_cpu + head_gpu,
+        counts,
+        output_on_head,
+        device_layers={"head": [head_cpu, head_gpu], "pc2": [pc_gpu, pc_cpu]},
+    )
+    again = Plan.from_dict(got)
+    order = ["head", *(r["name"] for r in rows)]
+    assert again.names == order
+    assert {h.name: [d.layer_count for d in h.devices] for h in again.hosts} == per_host
+    # each host's layers contiguous in llama.cpp's order: the head's CPU, its GPU, then --rpc order
+    spans = [d.layers for h in again.hosts for d in h.devices]
+    assert spans[0][0] == 0 and spans[-1][1] == 200
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    args = got["llama_server_args"]
+    if head_cpu == 200:
+        assert args[args.index("--device") + 1] == "none" and args[args.index("-ngl") + 1] == "0"
+    else:
+        check_split(got, 200)
+        ts = llama_split.parse_tensor_split(args[args.index("--tensor-split") + 1])
+        cpu, slots, out = llama_split.layer_counts(ts, 200, int(args[args.index("-ngl") + 1]))
+        asked = [*per_host["head"][1:], *(c for name in order[1:] for c in per_host[name])]
+        assert cpu == head_cpu
+        assert [s - (1 if i == out else 0) for i, s in enumerate(slots)] == asked
+    # the worker's rpc-server offers both its devices (-d), each counted by --device's RPC<n>
+    assert serving(got, "pc2", "ubuntu-vulkan-x64")["args"] == ["-d", "Vulkan0,CPU"]
+    if head_cpu < 200:
+        assert args[args.index("--device") + 1] == "Vulkan0,RPC0,RPC1,RPC2"
+    assert [d.report_name for d in again.host("pc2").devices] == [
+        "RPC0[10.0.0.2:50052]",
+        "RPC1[10.0.0.2:50052]",
+    ]
+    assert again.host("nas").devices[0].report_name == "RPC0[10.0.0.3:50052]"
+    # one output layer, on the head's CPU with -ot, else on the last device holding layers
+    outs = [(h.name, d.name) for h in again.hosts for d in h.devices if d.output_layer]
+    holders = [
+        (h.name, d.name)
+        for h in again.hosts
+        for d in h.devices
+        if d.layer_count and (h.name, d.name) != ("head", "CPU")
+    ]
+    if output_on_head or not holders:
+        assert outs == [("head", "CPU")] and again.output_on_head
+    else:
+        assert outs == [holders[-1]]
+
+
+def test_the_planners_answer_parsed_a_plan_or_a_refusal() -> None:
+    from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import (
+        PlanEmpty,
+        Refusal,
+        parse,
+        parse_answer,
+    )
+
+    data = real_plan()
+    plan = parse_answer(data)
+    assert isinstance(plan, Plan) and plan.table == data["table"] and plan.table
+    assert plan.warnings == tuple(data.get("warnings") or [])
+    assert parse(dict(data, warnings=["w3 is not used"])).warnings == ("w3 is not used",)
+    with pytest.raises(PlanError, match=r"plan: warnings must be a list of strings, got 'x'"):
+        assert not parse(dict(data, warnings="x")).warnings
+    got = parse_answer({"ok": False, "msg": "w1 misses 5 MiB", "table_text": "t", "missing": {"w1": 5}})
+    assert got == Refusal("w1 misses 5 MiB", "t", {"w1": 5})
+    # a plan without host rows is its own error (nothing planned yet), still a PlanError
+    for hosts in (None, []):
+        with pytest.raises(PlanEmpty) as err:
+            parse({"hosts": hosts})
+        assert err.value.value == hosts and isinstance(err.value, PlanError)
+    with pytest.raises(PlanError, match="non-empty list of host rows, got 'x'") as err:
+        parse({"hosts": "x"})
+    assert not isinstance(err.value, PlanEmpty)

@@ -92,3 +92,77 @@ def test_figures_are_read_only_when_the_profile_stage_ran() -> None:
     got = step(hv, profile={})
     assert got["speed"]["speed"]["w1"]["ms_per_layer"] == 5.0
     assert got["speed"]["source"] == {"w1": "inventory"}
+
+
+# ------------------------------------------------------------------ a device the build lacks
+
+
+def _gpu_hostvars(**desktop):
+    """The recorded NAS as the head, the recorded RTX 3060 desktop (Vulkan0 + its CPU, the probe's
+    flavour ubuntu-vulkan-x64) as a worker; ``desktop`` adds to the desktop's variables."""
+    from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
+
+    from tests.support.host_trees import recorded_hosts
+
+    root = recorded_hosts()
+    nas = {"llmfleet_host": hostinfo.probe(str(root / "celeron-nas"))}
+    pc = {"llmfleet_host": hostinfo.probe(str(root / "rtx3060-desktop")), "llmfleet_rpc_address": "10.0.0.2"}
+    return {"nas": nas, "desktop": dict(pc, **desktop)}
+
+
+def _gpu_step(hv, **kwargs):
+    lay = layout(n_layer=60, layer_mib=300)
+    return plan_step.run(lay, MODEL, "nas", ["desktop"], hv, {"context": 512}, 64.0, **kwargs)
+
+
+def test_a_device_the_hosts_build_lacks_is_refused_at_plan_time() -> None:
+    """Before any host changes: the plan names the host, the device, its backend and the flavour
+    (the llama_rpc role refused it only when it wrote the units)."""
+    good = _gpu_step(_gpu_hostvars())
+    assert good["ok"], good["plan"].get("msg")
+    desktop = next(h for h in good["plan"]["hosts"] if h["name"] == "desktop")
+    assert next(d["name"] for d in desktop["devices"] if d["layers"][1] > d["layers"][0]) == "Vulkan0"
+
+    cpu = _gpu_step(_gpu_hostvars(llama_cpp_flavour="ubuntu-x64"))
+    assert cpu["ok"] is False and cpu["plan"]["ok"] is False
+    assert cpu["plan"]["msg"].startswith(
+        "desktop: the plan puts layers on Vulkan0 (vulkan) but the host's llama.cpp build ubuntu-x64"
+        " is a CPU build"
+    )
+    # the table of the refused plan is shown, as for a model that does not fit
+    assert cpu["lines"][0] == good["lines"][0] and "Vulkan0" in "\n".join(cpu["lines"])
+
+    cuda = _gpu_step(_gpu_hostvars(llama_cpp_flavour="ubuntu-cuda-x64"))
+    assert cuda["ok"] is False
+    assert (
+        "desktop: the plan puts layers on Vulkan0 (vulkan) but the host's llama.cpp build "
+        in cuda["plan"]["msg"]
+    )
+    assert "ubuntu-cuda-x64 carries cuda" in cuda["plan"]["msg"]
+    # the filter hands the refusal on as data: the role's "Refuse ... before any host changes" fails
+    assert (
+        plan_filter(
+            layout(n_layer=60, layer_mib=300),
+            MODEL,
+            "nas",
+            ["desktop"],
+            _gpu_hostvars(llama_cpp_flavour="ubuntu-x64"),
+            {"context": 512},
+        )["ok"]
+        is False
+    )
+
+
+def test_a_kept_plan_is_refused_too_and_unknown_or_source_builds_are_not_judged() -> None:
+    first = _gpu_step(_gpu_hostvars())["plan"]
+    again = _gpu_step(_gpu_hostvars(llama_cpp_flavour="ubuntu-x64"), previous=first)
+    assert again["kept"] and again["ok"] is False
+    assert "Vulkan0 (vulkan)" in again["plan"]["msg"]
+    for flavour in ("source", ""):
+        hv = _gpu_hostvars(llmfleet_host=dict(_gpu_hostvars()["desktop"]["llmfleet_host"], backends={}))
+        if flavour:
+            hv["desktop"]["llama_cpp_flavour"] = flavour
+        assert _gpu_step(hv)["ok"], flavour
+    # the check on its own, as the step calls it for the llama.cpp backend
+    assert plan_step.builds_refusal(first, ["nas", "desktop"], _gpu_hostvars()) is None
+    assert plan_step.builds_refusal(first, ["nas", "desktop"], _gpu_hostvars(llama_cpp_flavour="ubuntu-x64"))

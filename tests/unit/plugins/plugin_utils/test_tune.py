@@ -255,3 +255,18 @@ def test_a_speed_plan_measured_and_not_kept_is_not_redeployed_again():
     kept = dict(last, gain_confirmed=True)
     assert T.decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10, previous=kept)["redeploy"] is True
     assert tune_decide(MEMORY, SPEEDY, SPEED, LAYOUT, 0.10, previous=None)["redeploy"] is True
+
+
+def test_a_refused_speed_plan_and_a_plan_without_hosts_are_named():
+    """The plans are read through plan.parse_answer / plan.parse: the planner's refusal says why,
+    a plan without hosts says what to run."""
+    refused = {"ok": False, "msg": "w1 misses 12 MiB", "table_text": "", "missing": {"w1": 12}}
+    with pytest.raises(T.TuneError, match=r"^the speed plan failed: w1 misses 12 MiB$"):
+        T.decide(MEMORY, refused, SPEED, LAYOUT)
+    for empty in ({}, {"hosts": []}):
+        with pytest.raises(
+            T.TuneError, match=r"the plan has no hosts \(got (None|\[\])\): run playbooks/site.yml"
+        ):
+            T.predict(empty, SPEED, LAYOUT)
+    with pytest.raises(T.TuneError, match=r"plan: hosts\[0\]\.name must be a non-empty string"):
+        T.predict({"hosts": [{"role": "head"}]}, SPEED, LAYOUT)
