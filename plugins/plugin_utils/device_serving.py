@@ -29,7 +29,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import flavour_backend
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, PlanError, parse
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, parse
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.systemd_unit import (
     UnitValueError,
     quote,

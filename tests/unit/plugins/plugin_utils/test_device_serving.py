@@ -125,7 +125,7 @@ def test_kubernetes_serves_a_gpu_worker_as_systemd_does(gpu_plan) -> None:
     # the CPU head of this fleet asks for no device
     head = k8s_serving(gpu_plan, NAS, "ubuntu-x64", env)
     assert (head["args"], head["limits"], head["gpu"]) == ([], {}, False)
-    with pytest.raises(ServingError, match="rtx3060-desktop: .*Vulkan0 .*a CPU build"):
+    with pytest.raises(ServingError, match=r"rtx3060-desktop: .*Vulkan0 .*a CPU build"):
         k8s_serving(gpu_plan, DESKTOP, "ubuntu-x64", env)
 
 
@@ -139,6 +139,6 @@ def test_each_backend_asks_for_its_device_plugins_resource(gpu_plan, backend, ki
     (row,) = [h for h in plan["hosts"] if h["name"] == DESKTOP]
     name = {"cuda": "CUDA0", "rocm": "ROCm0", "vulkan": "Vulkan0"}[backend]
     row["devices"][0].update(name=name, backend=backend, type=kind)
-    got = k8s_serving(plan, DESKTOP, "ubuntu-%s-x64" % backend)
+    got = k8s_serving(plan, DESKTOP, f"ubuntu-{backend}-x64")
     assert got["limits"] == resource
     assert got["args"] == ["-d", name + ",CPU"]
