@@ -91,6 +91,7 @@ def llama_rpc_k8s_facts(
     pvc_size="",
     envs=None,
     resources=None,
+    images=None,
 ):
     if not isinstance(plan, dict) or not isinstance(plan.get("workers"), list):
         raise AnsibleFilterError(
@@ -111,6 +112,7 @@ def llama_rpc_k8s_facts(
             pvc_size or "",
             envs=envs or {},
             resources=resources or {},
+            images=images or {},
         )
     except PlanError as exc:
         raise AnsibleFilterError("llama_rpc_k8s_facts: {0}".format(exc)) from exc

@@ -161,7 +161,7 @@ def worker_groups(plan, host_facts, envs=None, resources=None):
             key,
             {"workers": [], "request_mib": 0, "limit_mib": 0, "threads": threads, "arch": arch,
              "pin": served["pin"], "flavour": served["flavour"], "args": served["args"], "env": served["env"], "limits": served["limits"],
-             "gpu": served["gpu"], "nodes": [], "avoid": []},
+             "gpu": served["gpu"], "backend": served["backend"], "nodes": [], "avoid": [], "image": ""},
         )  # fmt: skip
         group["workers"].append(host.name)
         if served["gpu"]:
@@ -224,11 +224,14 @@ def k8s_facts(
     pvc_size="",
     envs=None,
     resources=None,
+    images=None,
 ):
     """Everything the templates need, and ``problems`` (empty when the pods can run).
 
     ``envs`` maps a host to its ``llmfleet_llama_cpp_env``; ``resources`` a GPU backend to the
-    Kubernetes resource its device plugin offers (device_serving.K8S_GPU_RESOURCES)."""
+    Kubernetes resource its device plugin offers (device_serving.K8S_GPU_RESOURCES); ``images`` a
+    GPU backend to the image its llama.cpp container runs in (the backend's loader and user-space
+    driver; empty: the role's one image)."""
     plan = parse_plan(plan)
     problems = []
     try:
@@ -237,6 +240,9 @@ def k8s_facts(
     except ServingError as err:
         problems.append(str(err))
         groups, head_serving = {}, None
+    images = images or {}
+    for group in groups.values():
+        group["image"] = str(images.get(group["backend"]) or "") if group["gpu"] else ""
     head = plan.head.name
     head_arch = kube_arch(host_facts.get(head))
     table = (releases or {}).get(str(build), {}) if build else {}
@@ -282,6 +288,9 @@ def k8s_facts(
             "pin": head_pin,
             "env": head_serving["env"] if head_serving else [],
             "limits": head_serving["limits"] if head_serving else {},
+            "image": str(images.get(head_serving["backend"]) or "")
+            if head_serving and head_serving["gpu"]
+            else "",
         },
         "model": {
             "url": url,

@@ -45,9 +45,13 @@ VULKAN_RPC_SERVER = ROOT / ".cache" / "llama.cpp-vulkan" / "bin" / "ggml-rpc-ser
 LAVAPIPE = list(Path("/usr/share/vulkan/icd.d").glob("lvp_icd*.json"))
 
 
+VULKAN_IMAGE = "registry.example.internal/llmfleet-vulkan:bookworm"
+
+
 def gpu_vars() -> dict:
     extra = whatif_vars()
     extra["llama_cpp_releases"][BUILD]["ubuntu-vulkan-x64"] = VULKAN_PIN
+    extra["llama_rpc_k8s_gpu_images"] = {"vulkan": VULKAN_IMAGE}
     return extra
 
 
@@ -108,6 +112,8 @@ def test_the_gpu_worker_serves_its_planned_devices_on_its_own_node(rendered) -> 
     assert server["args"][-2:] == ["-d", ",".join(d["name"] for d in row["devices"])]
     env = {e["name"]: e.get("value") for e in server["env"]}
     assert env["GGML_VK_VISIBLE_DEVICES"] == "0"  # llmfleet_llama_cpp_env of the host
+    assert server["image"] == VULKAN_IMAGE  # the init containers keep the role's python image
+    assert containers(spec)["llama-cpp"]["image"] != VULKAN_IMAGE
     gpus = sum(1 for d in row["devices"] if d["backend"] == "vulkan" and d["type"] != "cpu")
     assert server["resources"]["limits"]["gpu.intel.com/i915"] == gpus == 1
     assert node_terms(spec) == [{"key": "kubernetes.io/hostname", "operator": "In", "values": [name]}]
@@ -130,7 +136,7 @@ def test_the_cpu_daemonset_keeps_off_the_gpu_workers_node_and_serves_as_before(r
     ]
     (server,) = spec["containers"]
     assert "-d" not in server["args"] and server["args"][-1] == "--cache"
-    assert set(server["resources"]["limits"]) == {"memory"}
+    assert set(server["resources"]["limits"]) == {"memory"} and server["image"] != VULKAN_IMAGE
     assert {e["name"] for e in server["env"]} == {"LLAMA_CACHE", "GGML_NO_BACKTRACE"}
     keys = {e["valueFrom"]["configMapKeyRef"]["key"] for e in containers(spec)["llama-cpp"]["env"]}
     assert keys == {"llama-cpp-amd64-url", "llama-cpp-amd64-sha256"}
@@ -143,6 +149,7 @@ def test_the_head_uses_its_gpu_with_the_plans_own_device_arguments(rendered) -> 
     env = {e["name"]: e.get("value") for e in server["env"]}
     assert env["GGML_VK_VISIBLE_DEVICES"] == "0"
     assert server["resources"]["limits"] == {"gpu.intel.com/i915": 1}
+    assert server["image"] == VULKAN_IMAGE
     keys = {e["valueFrom"]["configMapKeyRef"]["key"] for e in containers(spec)["llama-cpp"]["env"]}
     assert keys == {"llama-cpp-vulkan-amd64-url", "llama-cpp-vulkan-amd64-sha256"}
     # --device / --tensor-split: plan.json's, which the supervisor passes on; never in the manifest

@@ -117,6 +117,7 @@ def test_facts_pin_every_architecture_and_list_one_daemonset_each() -> None:
         "pin": "amd64",
         "env": [],
         "limits": {},
+        "image": "",
     }
     assert facts["model"] == {
         "url": "http://m/model.gguf",
@@ -233,6 +234,14 @@ def test_a_gpu_worker_gets_its_own_daemonset_with_its_devices_env_and_resource()
         ("amd64-vulkan-0", "llama-rpc-08-daemonset-amd64-vulkan-0.yaml"),
         ("arm64", "llama-rpc-08-daemonset-arm64.yaml"),
     ]
+
+
+def test_a_gpu_backend_runs_in_its_own_image_when_given() -> None:
+    images = {"vulkan": "registry.example/llama-vulkan:1"}
+    facts = k.k8s_facts(gpu_plan(head_gpu=True), FACTS, GPU_RELEASES, "b1", images=images)
+    assert facts["archs"]["amd64-vulkan-0"]["image"] == facts["head"]["image"] == images["vulkan"]
+    assert facts["archs"]["amd64"]["image"] == facts["archs"]["arm64"]["image"] == ""
+    assert k.k8s_facts(gpu_plan(), FACTS, GPU_RELEASES, "b1", images=images)["head"]["image"] == ""
 
 
 def test_the_head_gpu_gets_its_resource_env_and_the_vulkan_pin() -> None:
