@@ -82,7 +82,16 @@ def k8s_objects(entries):
 
 
 def llama_rpc_k8s_facts(
-    plan, host_facts, releases=None, build="", model_url="", output_dir="build", pvc_size=""
+    plan,
+    host_facts,
+    releases=None,
+    build="",
+    model_url="",
+    output_dir="build",
+    pvc_size="",
+    envs=None,
+    resources=None,
+    images=None,
 ):
     if not isinstance(plan, dict) or not isinstance(plan.get("workers"), list):
         raise AnsibleFilterError(
@@ -94,7 +103,16 @@ def llama_rpc_k8s_facts(
         )
     try:
         return k8s_facts(
-            plan, host_facts, releases or {}, build or "", model_url or "", output_dir, pvc_size or ""
+            plan,
+            host_facts,
+            releases or {},
+            build or "",
+            model_url or "",
+            output_dir,
+            pvc_size or "",
+            envs=envs or {},
+            resources=resources or {},
+            images=images or {},
         )
     except PlanError as exc:
         raise AnsibleFilterError("llama_rpc_k8s_facts: {0}".format(exc)) from exc

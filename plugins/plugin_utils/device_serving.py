@@ -29,7 +29,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.devices import flavour_backend
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import HostPlan, Plan, PlanError, parse
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import HostPlan, Plan, parse
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.systemd_unit import (
     UnitValueError,
     quote,
@@ -181,16 +181,53 @@ def _unit_lines(
     return {"args": words, "service": "\n".join(lines)}
 
 
-def k8s_problems(plan: Any) -> List[str]:
-    """The Kubernetes target serves CPU devices only so far: one line per host planned on a GPU."""
-    try:
-        parsed = plan if isinstance(plan, Plan) else parse(plan)
-    except PlanError:
-        return []  # the caller's own parse names the field
-    return [
-        "%s: the plan puts layers on %s; the Kubernetes target serves CPU devices only so far "
-        "(docs/kubernetes.md): use the systemd target or plan this fleet without GPUs"
-        % (h.name, ", ".join(d.name for d in h.gpu_devices))
-        for h in parsed.hosts
-        if h.gpu_devices
-    ]
+# The Kubernetes extended resource each backend's device asks for (its vendor's device plugin
+# mounts the device nodes and opens the container's device cgroup to them; a hostPath of /dev/dri
+# alone gives an unprivileged container nodes it may not open). Vulkan: Intel's device plugin
+# (``gpu.intel.com/i915``) by default; a fleet whose Vulkan card is AMD's sets it to
+# ``amd.com/gpu`` (llama_rpc_k8s_gpu_resources). A CPU-type device (lavapipe) needs none.
+K8S_GPU_RESOURCES = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu", "vulkan": "gpu.intel.com/i915"}
+
+
+def k8s_serving(
+    plan: Any, host: str, flavour: Optional[str] = None, env: Any = None, resources: Any = None
+) -> Dict[str, Any]:
+    """What ``host``'s container needs on the Kubernetes target for its planned devices.
+
+    The same decisions as :func:`serving` (the rpc-server's ``-d`` list, the environment, the
+    build's backend checked against the plan), in a container's terms: ``args`` the rpc-server's
+    extra arguments, ``env`` [{name, value}] sorted by name, ``limits`` {resource: count} of the
+    device plugins' resources (``resources`` overrides K8S_GPU_RESOURCES per backend; a device of
+    type ``cpu``, as lavapipe, asks for none), ``backend`` the GPU backend or None, ``gpu``.
+    """
+    done = serving(plan, host, flavour, env)
+    parsed: Plan = plan if isinstance(plan, Plan) else parse(plan)
+    row = parsed.host(host)
+    table = dict(K8S_GPU_RESOURCES)
+    if resources:
+        if not isinstance(resources, Mapping):
+            raise ServingError(
+                "llama_rpc_k8s_gpu_resources must map a backend to a resource, got %r" % (resources,)
+            )
+        table.update({str(k): str(v) for k, v in resources.items()})
+    limits: Dict[str, int] = {}
+    backends = sorted({d.backend for d in row.gpu_devices}) if row else []
+    for device in row.gpu_devices if row else ():
+        if device.type == "cpu":
+            continue
+        resource = table.get(device.backend)
+        if not resource:
+            raise ServingError(
+                "%s: the plan puts layers on %s (%s) but no Kubernetes resource is known for %s "
+                "(llama_rpc_k8s_gpu_resources)" % (host, device.name, device.backend, device.backend)
+            )
+        limits[resource] = limits.get(resource, 0) + 1
+    values = check_env(env, host)
+    return {
+        "args": done["args"],
+        "env": [{"name": k, "value": values[k]} for k in sorted(values)],
+        "limits": dict(sorted(limits.items())),
+        "backend": backends[0] if len(backends) == 1 else ("+".join(backends) or None),
+        "gpu": done["gpu"],
+        "devices": done["devices"],
+    }

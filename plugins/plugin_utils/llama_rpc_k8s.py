@@ -10,6 +10,14 @@ request), the largest usable minus reserve MiB (the limit, which the plan never 
 smallest thread count; the llama.cpp pin of every architecture (workers and head) is looked up in
 the release table; whatever the pods would lack is reported in ``problems``.
 
+A host planned on a GPU device is served as the systemd target serves it
+(device_serving.k8s_serving, the same decisions): its rpc-server gets the plan's ``-d`` list and
+``llmfleet_llama_cpp_env``, its container the device plugin's resource of each GPU, and its pin is
+the GPU flavour of its architecture (``ubuntu-vulkan-x64``). GPU workers get their own DaemonSet
+per (architecture, ``-d`` list, environment, resources), pinned to their nodes by the
+``kubernetes.io/hostname`` label (the node name, the plan's host name, as the supervisor keys the
+pods), and the CPU DaemonSet of their architecture keeps off those nodes.
+
 A plan with no worker (the head alone holds the model) is llama-server alone: no rpc-server
 DaemonSet, no workers Service or NetworkPolicy, and no Role to list pods with (the supervisor
 discovers nothing: ``discovery`` is ``static`` and the plan's arguments carry no ``--rpc``).
@@ -24,7 +32,7 @@ import os
 import re
 
 from ansible_collections.llmfleet.cluster.plugins.module_utils.hostinfo import KUBE_ARCH, release_flavour
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_serving import k8s_problems
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_serving import ServingError, k8s_serving
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan, parse
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.targets import SERVERS
 
@@ -96,22 +104,76 @@ def parse_plan(plan):
     return plan if isinstance(plan, Plan) else parse(plan)
 
 
-def worker_groups(plan, host_facts):
-    """Architecture -> {workers, request_mib, limit_mib, threads} for the plan's workers.
+def gpu_flavour(arch, backend):
+    """The release flavour of ``arch`` carrying ``backend`` (``amd64``, ``vulkan`` -> ``ubuntu-vulkan-x64``)."""
+    cpu = release_flavour(arch)
+    return cpu.replace("ubuntu-", "ubuntu-{0}-".format(backend), 1) if cpu and backend else cpu
 
-    ``plan`` is plan.json as a dict or a parsed :class:`~plan.Plan`."""
+
+def host_serving(plan, name, host_facts, envs=None, resources=None):
+    """``name``'s container needs (device_serving.k8s_serving) and its pin: ``pin`` the ConfigMap key
+    (its architecture, ``<backend>-<arch>`` for a GPU build) and ``flavour`` the release flavour."""
+    plan = parse_plan(plan)
+    arch = kube_arch(host_facts.get(name))
+    row = plan.host(name)
+    backends = sorted({d.backend for d in row.gpu_devices}) if row else []
+    if len(backends) > 1:
+        raise ServingError(
+            "{0}: the plan puts layers on devices of several backends ({1}); one llama.cpp build "
+            "serves one".format(name, ", ".join(backends))
+        )
+    backend = backends[0] if backends else None
+    flavour = gpu_flavour(arch, backend)
+    out = k8s_serving(plan, name, flavour, (envs or {}).get(name), resources)
+    out.update(
+        {"arch": arch, "flavour": flavour, "pin": "{0}-{1}".format(backend, arch) if backend else arch}
+    )
+    return out
+
+
+def worker_groups(plan, host_facts, envs=None, resources=None):
+    """DaemonSet key -> {workers, request_mib, limit_mib, threads, arch, pin, args, env, limits,
+    nodes, avoid} for the plan's workers.
+
+    CPU workers: one group per architecture, keyed by it (as before GPUs). GPU workers: one group
+    per (architecture, -d list, environment, resources), keyed ``<arch>-<backend>-<i>``, with
+    ``nodes`` their node names; a CPU group's ``avoid`` lists the GPU workers' nodes of its
+    architecture. ``plan`` is plan.json as a dict or a parsed :class:`~plan.Plan`."""
     plan = parse_plan(plan)
     entries = plan.hosts + plan.fallback_hosts()
     groups = {}
+    gpu_keys = {}
     for host in plan.workers:
-        arch = kube_arch(host_facts.get(host.name))
+        served = host_serving(plan, host.name, host_facts, envs, resources)
+        arch = served["arch"]
+        if served["gpu"]:
+            ident = (arch, tuple(served["args"]), tuple((e["name"], e["value"]) for e in served["env"]),
+                     tuple(served["limits"].items()))  # fmt: skip
+            if ident not in gpu_keys:
+                count = sum(1 for (a, *_rest) in gpu_keys if a == arch)
+                gpu_keys[ident] = "{0}-{1}-{2}".format(arch, served["backend"], count)
+            key = gpu_keys[ident]
+        else:
+            key = arch
         need = max([float(e.predicted_mib.get("total", 0)) for e in entries if e.name == host.name] or [0.0])
         threads = host.threads or 1
-        group = groups.setdefault(arch, {"workers": [], "request_mib": 0, "limit_mib": 0, "threads": threads})
+        group = groups.setdefault(
+            key,
+            {"workers": [], "request_mib": 0, "limit_mib": 0, "threads": threads, "arch": arch,
+             "pin": served["pin"], "flavour": served["flavour"], "args": served["args"], "env": served["env"], "limits": served["limits"],
+             "gpu": served["gpu"], "backend": served["backend"], "nodes": [], "avoid": [], "image": ""},
+        )  # fmt: skip
         group["workers"].append(host.name)
+        if served["gpu"]:
+            group["nodes"].append(host.name)
         group["request_mib"] = max(group["request_mib"], math.ceil(need))
         group["limit_mib"] = max(group["limit_mib"], math.floor(plan.allowed_mib(host)))
         group["threads"] = min(group["threads"], threads)
+    for key, group in groups.items():
+        if not group["gpu"]:
+            group["avoid"] = sorted(
+                n for g in groups.values() if g["gpu"] and g["arch"] == key for n in g["nodes"]
+            )
     return groups
 
 
@@ -152,20 +214,46 @@ def manifest_list(archs):
     return out
 
 
-def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build", pvc_size=""):
-    """Everything the templates need, and ``problems`` (empty when the pods can run)."""
+def k8s_facts(
+    plan,
+    host_facts,
+    releases,
+    build,
+    model_url="",
+    output_dir="build",
+    pvc_size="",
+    envs=None,
+    resources=None,
+    images=None,
+):
+    """Everything the templates need, and ``problems`` (empty when the pods can run).
+
+    ``envs`` maps a host to its ``llmfleet_llama_cpp_env``; ``resources`` a GPU backend to the
+    Kubernetes resource its device plugin offers (device_serving.K8S_GPU_RESOURCES); ``images`` a
+    GPU backend to the image its llama.cpp container runs in (the backend's loader and user-space
+    driver; empty: the role's one image)."""
     plan = parse_plan(plan)
-    # GPU devices are served on the systemd target only so far (device_serving.k8s_problems)
-    problems = k8s_problems(plan)
-    groups = worker_groups(plan, host_facts)
+    problems = []
+    try:
+        groups = worker_groups(plan, host_facts, envs, resources)
+        head_serving = host_serving(plan, plan.head.name, host_facts, envs, resources)
+    except ServingError as err:
+        problems.append(str(err))
+        groups, head_serving = {}, None
+    images = images or {}
+    for group in groups.values():
+        group["image"] = str(images.get(group["backend"]) or "") if group["gpu"] else ""
     head = plan.head.name
     head_arch = kube_arch(host_facts.get(head))
     table = (releases or {}).get(str(build), {}) if build else {}
     if not build:
         problems.append("llama_rpc_k8s_llama_cpp_build (llama_cpp_build) is empty")
+    wanted = {g["pin"]: (g["arch"], g["flavour"]) for g in groups.values()}
+    head_pin = head_serving["pin"] if head_serving else head_arch
+    wanted[head_pin] = (head_arch, head_serving["flavour"] if head_serving else release_flavour(head_arch))
     pins = {}
-    for arch in sorted(set(groups) | {head_arch}):
-        flavour = release_flavour(arch)
+    for key in sorted(wanted):
+        arch, flavour = wanted[key]
         pin = table.get(flavour) or {} if flavour else {}
         if not flavour:
             problems.append("no llama.cpp release flavour for the architecture {0}".format(arch))
@@ -175,7 +263,7 @@ def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build
                 "llama_rpc_k8s_llama_cpp_releases".format(build, flavour, arch)
             )
         else:
-            pins[arch] = {"flavour": flavour, "url": pin["url"], "sha256": pin["sha256"]}
+            pins[key] = {"flavour": flavour, "url": pin["url"], "sha256": pin["sha256"]}
     model = plan.model_file
     url = model_url or model["url"]
     if not url:
@@ -193,7 +281,17 @@ def k8s_facts(plan, host_facts, releases, build, model_url="", output_dir="build
         "problems": problems,
         "archs": groups,
         "llama_cpp": pins,
-        "head": {"name": head, "arch": head_arch, "request_mib": math.ceil(head_need)},
+        "head": {
+            "name": head,
+            "arch": head_arch,
+            "request_mib": math.ceil(head_need),
+            "pin": head_pin,
+            "env": head_serving["env"] if head_serving else [],
+            "limits": head_serving["limits"] if head_serving else {},
+            "image": str(images.get(head_serving["backend"]) or "")
+            if head_serving and head_serving["gpu"]
+            else "",
+        },
         "model": {
             "url": url,
             "sha256": sha,

@@ -6,12 +6,14 @@ desktop (Vulkan0 + its CPU), the AMD APU laptop and the CPU NAS.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_serving import (
     ServingError,
-    k8s_problems,
+    k8s_serving,
     serving,
 )
 
@@ -108,7 +110,35 @@ def test_a_host_outside_the_plan_is_named(gpu_plan) -> None:
         serving(gpu_plan, "stranger")
 
 
-def test_kubernetes_refuses_a_gpu_plan_naming_the_host(gpu_plan, cpu_plan) -> None:
-    assert k8s_problems(cpu_plan) == []
-    (problem,) = k8s_problems(gpu_plan)
-    assert problem.startswith("rtx3060-desktop: the plan puts layers on Vulkan0;")
+def test_kubernetes_serves_a_gpu_worker_as_systemd_does(gpu_plan) -> None:
+    """The container gets the unit's -d list and environment, and the device plugin's resource
+    (the old code refused the plan: ``k8s_problems``)."""
+    env = {"GGML_VK_VISIBLE_DEVICES": 0}
+    got = k8s_serving(gpu_plan, DESKTOP, "ubuntu-vulkan-x64", env)
+    unit = serving(gpu_plan, DESKTOP, "ubuntu-vulkan-x64", env)
+    assert got["args"] == unit["args"] == ["-d", "Vulkan0,CPU"]
+    assert got["env"] == [{"name": "GGML_VK_VISIBLE_DEVICES", "value": "0"}]
+    assert got["limits"] == {"gpu.intel.com/i915": 1}
+    assert (got["backend"], got["gpu"]) == ("vulkan", True)
+    amd = k8s_serving(gpu_plan, DESKTOP, "ubuntu-vulkan-x64", env, {"vulkan": "amd.com/gpu"})
+    assert amd["limits"] == {"amd.com/gpu": 1}
+    # the CPU head of this fleet asks for no device
+    head = k8s_serving(gpu_plan, NAS, "ubuntu-x64", env)
+    assert (head["args"], head["limits"], head["gpu"]) == ([], {}, False)
+    with pytest.raises(ServingError, match=r"rtx3060-desktop: .*Vulkan0 .*a CPU build"):
+        k8s_serving(gpu_plan, DESKTOP, "ubuntu-x64", env)
+
+
+@pytest.mark.parametrize(
+    ("backend", "kind", "resource"),
+    [("cuda", "gpu", {"nvidia.com/gpu": 1}), ("rocm", "igpu", {"amd.com/gpu": 1}), ("vulkan", "cpu", {})],
+)
+def test_each_backend_asks_for_its_device_plugins_resource(gpu_plan, backend, kind, resource) -> None:
+    """CUDA: nvidia.com/gpu; ROCm: amd.com/gpu; a CPU-type Vulkan device (lavapipe): nothing."""
+    plan = copy.deepcopy(gpu_plan)
+    (row,) = [h for h in plan["hosts"] if h["name"] == DESKTOP]
+    name = {"cuda": "CUDA0", "rocm": "ROCm0", "vulkan": "Vulkan0"}[backend]
+    row["devices"][0].update(name=name, backend=backend, type=kind)
+    got = k8s_serving(plan, DESKTOP, f"ubuntu-{backend}-x64")
+    assert got["limits"] == resource
+    assert got["args"] == ["-d", name + ",CPU"]

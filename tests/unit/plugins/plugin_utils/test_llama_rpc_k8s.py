@@ -76,7 +76,11 @@ def test_limit_is_the_largest_usable_minus_reserve_and_threads_the_smallest() ->
     groups = k.worker_groups(plan(), FACTS)
     assert groups["amd64"]["limit_mib"] == 600  # b: 700 - 100 > a: 500 - 64
     assert groups["amd64"]["threads"] == 2
-    assert groups["arm64"] == {"workers": ["pi"], "request_mib": 120, "limit_mib": 236, "threads": 4}
+    arm = {key: groups["arm64"][key] for key in ("workers", "request_mib", "limit_mib", "threads")}
+    assert arm == {"workers": ["pi"], "request_mib": 120, "limit_mib": 236, "threads": 4}
+    # a CPU plan: no -d, no environment, no device, no node pinning (the DaemonSet of old)
+    assert (groups["arm64"]["args"], groups["arm64"]["env"], groups["arm64"]["limits"]) == ([], [], {})
+    assert (groups["arm64"]["nodes"], groups["arm64"]["avoid"], groups["arm64"]["pin"]) == ([], [], "arm64")
 
 
 @pytest.mark.parametrize(
@@ -106,7 +110,15 @@ def test_facts_pin_every_architecture_and_list_one_daemonset_each() -> None:
     ]
     assert facts["manifests"][0]["kind"] == "Namespace"
     assert [m["kind"] for m in facts["manifests"] if m["secret"]] == ["Secret"]
-    assert facts["head"] == {"name": "head", "arch": "amd64", "request_mib": 101}
+    assert facts["head"] == {
+        "name": "head",
+        "arch": "amd64",
+        "request_mib": 101,
+        "pin": "amd64",
+        "env": [],
+        "limits": {},
+        "image": "",
+    }
     assert facts["model"] == {
         "url": "http://m/model.gguf",
         "sha256": "3" * 64,
@@ -169,8 +181,8 @@ def test_the_plan_is_read_typed_once_and_a_bad_one_is_named() -> None:
         k.worker_groups(broken, FACTS)
 
 
-def test_a_plan_with_a_gpu_device_is_refused_on_kubernetes_naming_the_host() -> None:
-    """The pods serve CPU devices only so far: a GPU plan is a problem, not a wrong DaemonSet."""
+def gpu_plan(head_gpu=False):
+    """``a`` offers Vulkan0 then its CPU, ``b`` and ``pi`` their CPU; the head its own Vulkan0 too."""
     p = plan()
     p["version"] = 2
     for row in p["hosts"]:
@@ -178,10 +190,89 @@ def test_a_plan_with_a_gpu_device_is_refused_on_kubernetes_naming_the_host() -> 
         row["devices"] = [
             {"name": "CPU", "backend": "cpu", "type": "cpu", "layers": row["layers"], "report_name": "CPU"}
         ]
-    a = p["hosts"][1]
-    a["devices"] = [
+    p["hosts"][1]["devices"] = [
         {"name": "Vulkan0", "backend": "vulkan", "type": "gpu", "layers": [0, 1], "report_name": "RPC0"},
         {"name": "CPU", "backend": "cpu", "type": "cpu", "layers": [1, 2], "report_name": "RPC1"},
     ]
-    problems = k.k8s_facts(p, FACTS, RELEASES, "b1")["problems"]
-    assert [x.split(";")[0] for x in problems] == ["a: the plan puts layers on Vulkan0"]
+    if head_gpu:
+        p["hosts"][0]["devices"].insert(
+            0, {"name": "Vulkan0", "backend": "vulkan", "type": "gpu", "layers": [0, 0], "output_layer": True}
+        )
+    return p
+
+
+VULKAN = {"ubuntu-vulkan-x64": {"url": "http://m/vk.tgz", "sha256": "4" * 64}}
+GPU_RELEASES = {"b1": {**RELEASES["b1"], **VULKAN}}
+
+
+def test_a_gpu_worker_gets_its_own_daemonset_with_its_devices_env_and_resource() -> None:
+    """The old code refused this plan ("a: the plan puts layers on Vulkan0; the Kubernetes target
+    serves CPU devices only so far"); now ``a`` is served as the systemd unit serves it."""
+    envs = {"a": {"GGML_VK_VISIBLE_DEVICES": "0"}}
+    facts = k.k8s_facts(gpu_plan(), FACTS, GPU_RELEASES, "b1", envs=envs)
+    assert facts["problems"] == []
+    groups = facts["archs"]
+    assert sorted(groups) == ["amd64", "amd64-vulkan-0", "arm64"]
+    gpu = groups["amd64-vulkan-0"]
+    assert gpu["workers"] == gpu["nodes"] == ["a"]
+    assert gpu["args"] == ["-d", "Vulkan0,CPU"]
+    assert gpu["env"] == [{"name": "GGML_VK_VISIBLE_DEVICES", "value": "0"}]
+    assert gpu["limits"] == {"gpu.intel.com/i915": 1}
+    assert (gpu["arch"], gpu["pin"], gpu["request_mib"], gpu["threads"]) == ("amd64", "vulkan-amd64", 311, 4)
+    assert facts["llama_cpp"]["vulkan-amd64"] == {
+        "flavour": "ubuntu-vulkan-x64",
+        **VULKAN["ubuntu-vulkan-x64"],
+    }
+    # the CPU DaemonSet of the architecture keeps off the GPU worker's node; arm64 has none to avoid
+    assert groups["amd64"]["workers"] == ["b"] and groups["amd64"]["avoid"] == ["a"]
+    assert (groups["amd64"]["args"], groups["amd64"]["limits"], groups["arm64"]["avoid"]) == ([], {}, [])
+    # the CPU head keeps the CPU pin; the DaemonSets are listed by their keys
+    assert facts["head"]["pin"] == "amd64" and facts["head"]["limits"] == {}
+    daemonsets = [m for m in facts["manifests"] if m["kind"] == "DaemonSet"]
+    assert [(m["arch"], m["file"]) for m in daemonsets] == [
+        ("amd64", "llama-rpc-08-daemonset-amd64.yaml"),
+        ("amd64-vulkan-0", "llama-rpc-08-daemonset-amd64-vulkan-0.yaml"),
+        ("arm64", "llama-rpc-08-daemonset-arm64.yaml"),
+    ]
+
+
+def test_a_gpu_backend_runs_in_its_own_image_when_given() -> None:
+    images = {"vulkan": "registry.example/llama-vulkan:1"}
+    facts = k.k8s_facts(gpu_plan(head_gpu=True), FACTS, GPU_RELEASES, "b1", images=images)
+    assert facts["archs"]["amd64-vulkan-0"]["image"] == facts["head"]["image"] == images["vulkan"]
+    assert facts["archs"]["amd64"]["image"] == facts["archs"]["arm64"]["image"] == ""
+    assert k.k8s_facts(gpu_plan(), FACTS, GPU_RELEASES, "b1", images=images)["head"]["image"] == ""
+
+
+def test_the_head_gpu_gets_its_resource_env_and_the_vulkan_pin() -> None:
+    facts = k.k8s_facts(
+        gpu_plan(head_gpu=True), FACTS, GPU_RELEASES, "b1", envs={"head": {"GGML_VK_VISIBLE_DEVICES": 0}}
+    )
+    assert facts["problems"] == []
+    head = facts["head"]
+    assert (head["pin"], head["limits"]) == ("vulkan-amd64", {"gpu.intel.com/i915": 1})
+    assert head["env"] == [{"name": "GGML_VK_VISIBLE_DEVICES", "value": "0"}]
+
+
+def test_two_gpu_workers_serving_alike_share_a_daemonset_others_do_not() -> None:
+    p = gpu_plan()
+    p["hosts"][2]["devices"] = [
+        {"name": "Vulkan0", "backend": "vulkan", "type": "gpu", "layers": [2, 3], "report_name": "RPC2"},
+        {"name": "CPU", "backend": "cpu", "type": "cpu", "layers": [3, 4], "report_name": "RPC3"},
+    ]
+    alike = k.k8s_facts(p, FACTS, GPU_RELEASES, "b1")["archs"]
+    assert alike["amd64-vulkan-0"]["nodes"] == ["a", "b"] and "amd64" not in alike
+    other = k.k8s_facts(p, FACTS, GPU_RELEASES, "b1", envs={"b": {"GGML_VK_VISIBLE_DEVICES": "1"}})["archs"]
+    assert other["amd64-vulkan-0"]["nodes"] == ["a"] and other["amd64-vulkan-1"]["nodes"] == ["b"]
+
+
+def test_a_missing_gpu_pin_or_a_mixed_host_is_a_problem_naming_it() -> None:
+    problems = k.k8s_facts(gpu_plan(), FACTS, RELEASES, "b1")["problems"]
+    assert problems == [
+        "llama.cpp build b1 has no url and 64-hex sha256 for ubuntu-vulkan-x64 (amd64) in "
+        "llama_rpc_k8s_llama_cpp_releases"
+    ]
+    p = gpu_plan()
+    p["hosts"][1]["devices"][1].update(name="CUDA0", backend="cuda", type="gpu")
+    (problem,) = k.k8s_facts(p, FACTS, GPU_RELEASES, "b1")["problems"]
+    assert problem.startswith("a: the plan puts layers on devices of several backends (cuda, vulkan)")
