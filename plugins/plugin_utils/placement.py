@@ -526,7 +526,8 @@ def _capped_devices(
             )
         if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 <= cap < float("inf"):
             raise ValueError(
-                "host %s: llmfleet_device_memory_mib.%s must be a number of MiB >= 0, got %r" % (name, dev, cap)
+                "host %s: llmfleet_device_memory_mib.%s must be a number of MiB >= 0, got %r"
+                % (name, dev, cap)
             )
         for d in out:
             if d["name"] == dev:

@@ -93,7 +93,9 @@ def needs_profile(
         "reason": "measuring the running plan: no usable figures for %s%s"
         % (
             ", ".join(missing),
-            " (%s)" % "; ".join(why) if why else (" (not in profile.json)" if speed else " (no profile.json)"),
+            " (%s)" % "; ".join(why)
+            if why
+            else (" (not in profile.json)" if speed else " (no profile.json)"),
         ),
     }
 

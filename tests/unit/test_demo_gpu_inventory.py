@@ -65,6 +65,11 @@ def test_demo_sh_refuses_an_image_key_without_an_image(tmp_path: Path) -> None:
         ).stdout
     )
     program = (ROOT / "scripts" / "demo.sh").read_text().split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
-    got = subprocess.run([sys.executable, "-c", program, str(listed)], capture_output=True, text=True, check=False)
+    got = subprocess.run(
+        [sys.executable, "-c", program, str(listed)], capture_output=True, text=True, check=False
+    )
     assert got.returncode != 0
-    assert "llmfleet-gpu-w1 has demo_podman.image rocm but demo_images has no image for it (got ['vulkan'])" in got.stderr
+    assert (
+        "llmfleet-gpu-w1 has demo_podman.image rocm but demo_images has no image for it (got ['vulkan'])"
+        in got.stderr
+    )

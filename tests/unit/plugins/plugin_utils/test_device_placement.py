@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import jsonschema
 import pytest
@@ -423,11 +424,26 @@ def test_a_device_memory_cap_keeps_a_uma_gpu_to_its_share(facts) -> None:
     assert igpu["budget_mib"] == 4096 and 0 < igpu["predicted_mib"]["total"] <= 4096
     # 300 MiB layers: 13 fit 4096 MiB (3900 + KV and compute), 14 do not; the CPU comes first in the chain
     assert igpu["layers"] == [27, 40] and cpu["layers"] == [0, 27]
-    with pytest.raises(ValueError, match="ryzen7840u-laptop: llmfleet_device_memory_mib names CUDA0, which is not one of its GPUs \\(Vulkan0\\)"):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "ryzen7840u-laptop: llmfleet_device_memory_mib names CUDA0, which is not one of its GPUs (Vulkan0)"
+        ),
+    ):
         P.host_from_fact(LAPTOP, facts[LAPTOP], device_memory_mib={"CUDA0": 1024})
-    with pytest.raises(ValueError, match="ryzen7840u-laptop: llmfleet_device_memory_mib.Vulkan0 must be a number of MiB >= 0, got -1"):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "ryzen7840u-laptop: llmfleet_device_memory_mib.Vulkan0 must be a number of MiB >= 0, got -1"
+        ),
+    ):
         P.host_from_fact(LAPTOP, facts[LAPTOP], device_memory_mib={"Vulkan0": -1})
-    with pytest.raises(ValueError, match="celeron-nas: llmfleet_device_memory_mib names Vulkan0, which is not one of its GPUs \\(none\\)"):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "celeron-nas: llmfleet_device_memory_mib names Vulkan0, which is not one of its GPUs (none)"
+        ),
+    ):
         P.host_from_fact(NAS, facts[NAS], device_memory_mib={"Vulkan0": 1024})
 
 
