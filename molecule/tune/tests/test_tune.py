@@ -136,7 +136,7 @@ def test_a_second_run_changes_nothing() -> None:
     assert result["redeployed"] is False
     assert result["reason"] in log
     # the first run's figures are reused: no measuring placement, no restart
-    assert "profile.json has usable figures for every host of the running plan" in log
+    assert "profile.json has usable figures for every host of the fleet" in log
     assert [r["plan"] for r in result["rounds"]] == ["before"]
     assert result["after"]["llama_server_args"] == result["before"]["llama_server_args"]
     assert pids() == running, "a second run restarted a llama.cpp process"
