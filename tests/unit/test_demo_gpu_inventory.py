@@ -9,13 +9,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
-from tests.unit.test_demo_mixed_inventory import _spec
+from tests.unit.test_demo_mixed_inventory import _spec, run_demo_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = ROOT / "inventories" / "demo-gpu"
@@ -58,16 +56,7 @@ def test_demo_sh_refuses_an_image_key_without_an_image(tmp_path: Path) -> None:
     hosts = yaml.safe_load((GPU / "hosts.yml").read_text())
     hosts["all"]["children"]["llm_workers"]["hosts"]["llmfleet-gpu-w1"]["demo_podman"]["image"] = "rocm"
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    listed = tmp_path / "inv.json"
-    listed.write_text(
-        subprocess.run(
-            ["ansible-inventory", "-i", str(inventory), "--list"], check=True, capture_output=True, text=True
-        ).stdout
-    )
-    program = (ROOT / "scripts" / "demo.sh").read_text().split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
-    got = subprocess.run(
-        [sys.executable, "-c", program, str(listed)], capture_output=True, text=True, check=False
-    )
+    got = run_demo_spec(inventory, tmp_path)
     assert got.returncode != 0
     assert (
         "llmfleet-gpu-w1 has demo_podman.image rocm but demo_images has no image for it (got ['vulkan'])"

@@ -24,21 +24,26 @@ CACHE = Path(os.environ.get("CACHE", ROOT / ".cache"))
 SMOLLM2 = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def _spec(inventory: str, tmp_path: Path, kind: str = "host") -> list[list[str]]:
+def run_demo_spec(inventory: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """scripts/demo.sh's embedded program (its reading of the inventory) run on ``inventory``."""
     text = (ROOT / "scripts" / "demo.sh").read_text()
     program = text.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
-    listed = tmp_path / f"{inventory}.json"
+    listed = tmp_path / f"{inventory.name}.json"
     listed.write_text(
         subprocess.run(
-            ["ansible-inventory", "-i", str(ROOT / "inventories" / inventory), "--list"],
+            ["ansible-inventory", "-i", str(inventory), "--list"],
             check=True,
             capture_output=True,
             text=True,
         ).stdout
     )
-    spec = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", program, str(listed)], capture_output=True, text=True, check=False
     )
+
+
+def _spec(inventory: str, tmp_path: Path, kind: str = "host") -> list[list[str]]:
+    spec = run_demo_spec(ROOT / "inventories" / inventory, tmp_path)
     assert spec.returncode == 0, spec.stderr
     return [line.split() for line in spec.stdout.splitlines() if line.startswith(kind + " ")]
 
@@ -74,16 +79,7 @@ def test_demo_sh_refuses_an_arch_without_an_image(tmp_path: Path) -> None:
         "riscv64"
     )
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    listed = tmp_path / "inv.json"
-    listed.write_text(
-        subprocess.run(
-            ["ansible-inventory", "-i", str(inventory), "--list"], check=True, capture_output=True, text=True
-        ).stdout
-    )
-    program = (ROOT / "scripts" / "demo.sh").read_text().split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
-    spec = subprocess.run(
-        [sys.executable, "-c", program, str(listed)], capture_output=True, text=True, check=False
-    )
+    spec = run_demo_spec(inventory, tmp_path)
     assert spec.returncode != 0
     assert (
         "llmfleet-mixed-arm64 has demo_podman.arch riscv64 but demo_images has no image for it" in spec.stderr
