@@ -32,11 +32,22 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.tune import (
 
 
 def profile_build(
-    samples, plan, timings, facts, units, build, model, now, links=None, previous=None, moved=None
+    samples,
+    plan,
+    timings,
+    facts,
+    units,
+    build,
+    model,
+    now,
+    links=None,
+    previous=None,
+    moved=None,
+    devices=None,
 ):
     try:
         return profile_from_run(
-            samples, plan, timings, facts, units, build, model, now, links, previous, moved
+            samples, plan, timings, facts, units, build, model, now, links, previous, moved, devices
         )
     except ProfileError as err:
         raise AnsibleFilterError("profile_build: %s" % err) from err

@@ -306,15 +306,121 @@ def measuring_request(
     plan: Mapping[str, Any],
     add: Sequence[Any] = (),
     layers_each: int = MEASURE_LAYERS,
-    request: int = 0,
+    request: Any = 0,
     quotas: Optional[Mapping[str, Any]] = None,
-) -> Dict[str, Any]:
-    """The measuring plan (``request`` 0), or the placement of measured request 1, 2 or 3 ({} when
-    the plan makes fewer) (filter ``llmfleet.cluster.profile_measuring_plan``)."""
+) -> Any:
+    """The measuring plan (``request`` 0), the placement of measured request 1, 2 or 3 ({} when
+    the plan makes fewer), or with ``request`` ``devices`` the list of :func:`device_pairs` of
+    request 1's placement (filter ``llmfleet.cluster.profile_measuring_plan``)."""
     measuring = measuring_plan(plan or {}, [str(a) for a in add or []], int(layers_each))
+    if request == "devices":
+        return device_pairs(measuring_placements(measuring, quotas or {})[0], int(layers_each))
     if int(request) == 0:
         return measuring
     if int(request) not in (1, 2, 3):
         raise ProfileError("request must be 0, 1, 2 or 3, got %r" % (request,))
     placements = measuring_placements(measuring, quotas or {})
     return placements[int(request) - 1] if int(request) <= len(placements) else {}
+
+
+def _layer_mib(devices: Sequence[Any]) -> float:
+    """MiB of one repeating layer (weights and KV) by the cheapest of ``devices`` that hold layers:
+    a device's own average also carries what only it holds (the head's CPU: the token embeddings
+    and the output weights)."""
+    rates = [
+        (float(d.predicted_mib.get("weights") or 0.0) + float(d.predicted_mib.get("kv") or 0.0))
+        / d.layer_count
+        for d in devices
+        if d.layer_count
+    ]
+    return min(rates) if rates else 0.0
+
+
+def _room(device: Any) -> Optional[float]:
+    """What ``device`` may still take (its budget minus its predicted total), None when unknown."""
+    total = device.predicted_mib.get("total")
+    if device.budget_mib is None or total is None:
+        return None
+    return float(device.budget_mib) - float(total)
+
+
+def device_pairs(placement: Mapping[str, Any], layers_each: int = MEASURE_LAYERS) -> List[Dict[str, Any]]:
+    """The measuring placements that price each device other than a CPU (docs/profile.md, "Per
+    device"): per such device of a host that also serves its CPU, two placements of ``placement``
+    (the first measured request's) that differ only in where ``k`` of that host's layers run, on
+    the device and on the host's CPU; every host keeps its count, the other devices their layers.
+
+    A device holding layers moves ``k`` of them (all, less one when it holds the output layer, so
+    that the output layer stays where it is; fewer when the CPU's memory room is smaller); one
+    holding none takes ``k = layers_each`` of its host's CPU layers (fewer when its own room is).
+    Each placement says what it is in ``measuring.device``: ``host``, ``device``, ``layers`` (k)
+    and ``on`` (``device`` or ``cpu``). A device that cannot be priced so (its host serves no CPU
+    device, holds no layers, or no layer fits) is left out with ``measuring.device.reason`` on a
+    placement-less entry ``{"measuring": {"device": {..., "reason": ...}}}``."""
+    served = _parse(placement)
+    out: List[Dict[str, Any]] = []
+    for host in served.hosts:
+        if host.role == "worker" and host not in served.workers:
+            continue
+        devices = list(host.devices)
+        cpus = [i for i, d in enumerate(devices) if d.backend == "cpu"]
+        for j, dev in enumerate(devices):
+            if dev.backend == "cpu":
+                continue
+            about = {"host": host.name, "device": dev.name}
+
+            def skip(why: str, about: Dict[str, Any] = about) -> None:
+                out.append(
+                    {
+                        "measuring": {
+                            "device": dict(
+                                about,
+                                reason="not measured: %s device %s: %s"
+                                % (about["host"], about["device"], why),
+                            )
+                        }
+                    }
+                )
+
+            if not cpus:
+                skip("its host serves no CPU device to compare it with")
+                continue
+            c = cpus[0]
+            counts = [d.layer_count for d in devices]
+            if counts[j]:
+                # its own layers move: their MiB are the device's, from the host's RAM already
+                # when the device's memory is that RAM (uma)
+                k = counts[j] - (1 if dev.output_layer else 0)
+                per, room = _layer_mib([dev]), None if dev.uma else _room(devices[c])
+            else:
+                k = min(int(layers_each), counts[c])
+                per, room = _layer_mib(devices), _room(dev)
+            if room is not None and per > 0:
+                k = min(k, int(room // per))
+            if k < 1:
+                skip(
+                    "no layer of %s can move between it and the CPU (%s layers, room %s MiB)"
+                    % (host.name, counts, "unknown" if room is None else "%.1f" % room)
+                )
+                continue
+            on_device = list(counts)
+            if not counts[j]:
+                on_device[j], on_device[c] = k, counts[c] - k
+            on_cpu = list(on_device)
+            on_cpu[j], on_cpu[c] = on_device[j] - k, on_device[c] + k
+            for on, split in (("device", on_device), ("cpu", on_cpu)):
+                got = served.with_split(
+                    [served.row(w) for w in served.workers],
+                    served.head_layers,
+                    served.worker_layers,
+                    served.output_on_head,
+                    others=[
+                        served.row(h) for h in served.hosts if h.role == "worker" and h not in served.workers
+                    ],
+                    poll=MEASURE_POLL,
+                    device_layers={host.name: split},
+                )
+                got["fallbacks"] = []
+                got["measuring"] = dict(got.get("measuring") or {}, device=dict(about, layers=k, on=on))
+                out.append(got)
+    return out

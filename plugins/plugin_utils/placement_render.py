@@ -286,6 +286,8 @@ def device_rows(p: Placement, model: Model, opts: Options) -> List[List[Dict[str
                     },
                     "budget_mib": round(share.budget_mib, 1),
                     "calibrated": backend_model(share.dev.backend)[1],
+                    **({"uma": True} if share.dev.uma and not share.dev.is_cpu else {}),
+                    **({"cpu_driver": True} if share.dev.cpu_driver else {}),
                 }
             )
         # llama.cpp's order: the head's CPU holds the first slots, then its GPUs

@@ -103,7 +103,8 @@ class Device:
     place in the worker's ``-d`` list: ``RPC0[10.0.0.2:50052]``),
     ``layers`` [first, last) of the repeating layers, ``predicted_mib`` its buffers (weights, kv,
     compute, total) and ``budget_mib`` what it may hold; ``calibrated`` whether its backend's
-    memory model is measured on the pinned build."""
+    memory model is measured on the pinned build; ``uma`` whether its memory is the host's RAM,
+    ``cpu_driver`` whether it runs on the host's CPUs (a Vulkan driver on the CPU)."""
 
     name: str
     layers: Tuple[int, int]
@@ -114,6 +115,10 @@ class Device:
     predicted_mib: Mapping[str, float] = dataclasses.field(default_factory=dict)
     budget_mib: Optional[float] = None
     calibrated: bool = True
+    # a device whose memory is the host's RAM (an iGPU, lavapipe), and one that runs on the host's
+    # CPUs (a Vulkan driver on the CPU): plan.json says each only when true
+    uma: bool = False
+    cpu_driver: bool = False
 
     @property
     def kind(self) -> str:
@@ -150,6 +155,8 @@ class Device:
             },
             budget_mib=_number(row.get("budget_mib"), field + ".budget_mib"),
             calibrated=bool(row.get("calibrated", True)),
+            uma=bool(row.get("uma", False)),
+            cpu_driver=bool(row.get("cpu_driver", False)),
         )
 
 

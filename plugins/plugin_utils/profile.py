@@ -125,7 +125,8 @@ def build_profile(
     """profile.json after one measuring run.
 
     ``devices``: host -> device name -> its figures (:func:`device_figures`), for the devices
-    other than the CPU that this run measured (written under the host's ``devices``).
+    other than the CPU that this run measured (written under the host's ``devices``), or
+    ``reason`` for one it could not (kept in ``not_measured``).
 
     ``fleet``: :func:`measure`'s ``output_layers`` and ``token`` (written as they are; the
     previous profile's ``output_layers`` is kept when this run could not make one).
@@ -182,6 +183,9 @@ def build_profile(
         elif link.get("reason"):
             entry["not_measured"].append(link["reason"])
         for dev, got in sorted(((devices or {}).get(name) or {}).items()):
+            if got.get("reason"):
+                entry["not_measured"].append(got["reason"])
+                continue
             for key in DEVICE_FIGURE_KEYS:
                 if got.get(key) is not None:
                     check_figure("%s device %s" % (name, dev), key, got[key], "the measured requests")

@@ -24,6 +24,7 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.profile import (
     SPEED_FIGURE_KEYS,
     ProfileError,
     build_profile,
+    device_figures,
 )
 
 MIN_TOKENS = 4
@@ -478,6 +479,119 @@ def measure(
     return {"hosts": figures, "output_layers": ratio, "token": token}
 
 
+def measured_devices(
+    requests: Sequence[Mapping[str, Any]], figures: Mapping[str, Mapping[str, Any]]
+) -> Dict[str, Dict[str, Dict[str, Any]]]:
+    """Host -> device -> its figures (:func:`profile.device_figures`) or ``reason``, from the
+    device requests (each ``plan``, one of measuring.device_pairs's placements, and its
+    ``timings``): the pair of one device, on it and on its host's CPU, and the host's CPU figure
+    of this run (``figures``, :func:`measure`'s hosts)."""
+    pairs: Dict[Tuple[str, str], Dict[str, Any]] = {}
+    for req in requests or []:
+        about = ((req.get("plan") or {}).get("measuring") or {}).get("device") or {}
+        if not about.get("host") or not about.get("device"):
+            continue
+        pair = pairs.setdefault((str(about["host"]), str(about["device"])), {})
+        if about.get("reason"):
+            pair["reason"] = str(about["reason"])
+        else:
+            pair["layers"] = about.get("layers")
+            pair[str(about.get("on"))] = _ms_per_token(req.get("timings") or {})
+    out: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    for (host, dev), pair in sorted(pairs.items()):
+        at = "not measured: %s device %s: " % (host, dev)
+        cpu = (figures.get(host) or {}).get("ms_per_layer")
+        if "reason" in pair:
+            got: Dict[str, Any] = {"reason": pair["reason"]}
+        elif pair.get("device") is None or pair.get("cpu") is None:
+            got = {"reason": at + "a request of its pair made too few tokens or none"}
+        elif cpu is None:
+            got = {"reason": at + "its host's CPU has no figure from this run"}
+        else:
+            try:
+                got = device_figures(host, dev, cpu, pair["device"], pair["cpu"], pair["layers"])
+            except ProfileError as err:
+                got = {"reason": "not measured: %s" % err}
+        out.setdefault(host, {})[dev] = got
+    return out
+
+
+CPU_ALONE_KEYS = (
+    "ms_per_layer",
+    "cpu_ms_per_layer",
+    "cpu_seconds",
+    "tokens",
+    "layer_equivalents",
+    "parallel_cpus",
+    "threads",
+    "decode_share",
+)
+
+
+def cpu_alone(
+    requests: Sequence[Mapping[str, Any]],
+    figures: Mapping[str, Mapping[str, Any]],
+    facts: Mapping[str, Mapping[str, Any]],
+    units: Mapping[str, str],
+) -> Dict[str, Dict[str, Any]]:
+    """``figures`` with a worker's CPU figure taken from a device request in which its devices
+    other than the CPU hold no layers (the ``cpu`` side of a pair that moved them all; each
+    request ``plan``, ``samples``, ``timings``), ``cpu_alone`` set: rpc-server's CPU seconds
+    through the first request also count the work of a device that runs on the host's CPUs (a
+    Vulkan driver on the CPU: lavapipe), which the device's own figure prices. The output layer's
+    figures stay the first request's; a worker without such a request keeps its figure."""
+    out = {k: dict(v) for k, v in figures.items()}
+    done = set()
+    for req in requests or []:
+        plan = req.get("plan") or {}
+        about = (plan.get("measuring") or {}).get("device") or {}
+        name = about.get("host")
+        if about.get("on") != "cpu" or name in done or "ms_per_layer" not in (out.get(name) or {}):
+            continue
+        served = _parse(plan)
+        host = served.host(str(name)) if served else None
+        if host is None or host.role != "worker" or any(d.layer_count for d in host.gpu_devices):
+            continue
+        fig = (
+            compute_figures(plan, req.get("samples") or {}, req.get("timings") or {}, facts, units).get(name)
+            or {}
+        )
+        if "ms_per_layer" in fig:
+            out[name].update({k: fig[k] for k in CPU_ALONE_KEYS if k in fig}, cpu_alone=True)
+            done.add(name)
+    return out
+
+
+def head_token_shift(
+    plan: Mapping[str, Any],
+    fitted: Mapping[str, Mapping[str, Any]],
+    hosts: Mapping[str, Mapping[str, Any]],
+    devices: Mapping[str, Mapping[str, Mapping[str, Any]]],
+) -> float:
+    """What the head's ``token_ms`` gains when the hosts of the first request (``plan``) are priced
+    per device (``devices``; a worker's CPU by ``hosts``, :func:`cpu_alone`) instead of at one
+    figure each (``fitted``, what :func:`head_figures` fitted the head's token time with): the
+    fitted cost of each host's layers less the device-priced one, so that the time model gives
+    the first request the time it measured. A device without a figure is priced at its host's."""
+    served = _parse(plan)
+    shift = 0.0
+    for h in served.hosts if served else ():
+        if h.role == "worker" and h not in served.workers:
+            continue
+        old = (fitted.get(h.name) or {}).get("ms_per_layer")
+        new = (hosts.get(h.name) or {}).get("ms_per_layer")
+        if old is None or new is None:
+            continue
+        priced = 0.0
+        for d in h.devices:
+            fig = (devices.get(h.name) or {}).get(d.name) or {}
+            priced += d.layer_count * (
+                fig["ms_per_layer"] if d.backend != "cpu" and "ms_per_layer" in fig else new
+            )
+        shift += h.layer_count * float(old) - priced
+    return shift
+
+
 def profile_from_run(
     samples: Optional[Mapping[str, Any]],
     plan: Mapping[str, Any],
@@ -490,17 +604,31 @@ def profile_from_run(
     links: Optional[Mapping[str, Any]] = None,
     previous: Optional[Mapping[str, Any]] = None,
     moved: Optional[Any] = None,
+    devices: Optional[Sequence[Mapping[str, Any]]] = None,
 ) -> Dict[str, Any]:
-    """profile.json after a measuring run: :func:`measure`'s figures put into ``build_profile``
-    (filter ``llmfleet.cluster.profile_build``)."""
+    """profile.json after a measuring run: :func:`measure`'s figures (a worker's CPU figure from
+    its device pair's CPU side, :func:`cpu_alone`) and the devices' (:func:`measured_devices` over
+    the ``devices`` requests) put into ``build_profile`` (filter ``llmfleet.cluster.profile_build``).
+    The head's token time was priced with the first request's worker figures, which hold the same
+    work: a device's figure is the CPU figure plus its pair's difference, so the model gives the
+    first placement the time it measured."""
     got = measure(plan, samples or {}, timings or {}, facts or {}, units or {}, links or {}, moved or None)
+    hosts = cpu_alone(devices or [], got["hosts"], facts or {}, units or {})
+    priced = measured_devices(devices or [], hosts)
+    head = _parse(plan).head.name if _parse(plan) else None
+    token_ms = (hosts.get(head) or {}).get("token_ms")
+    if token_ms is not None and priced:
+        shift = head_token_shift(plan, got["hosts"], hosts, priced)
+        if token_ms + shift > 0:
+            hosts[head] = dict(hosts[head], token_ms=round(token_ms + shift, 4), token_ms_fitted=token_ms)
     return build_profile(
         previous or None,
         str(build),
         model or {},
         facts or {},
-        got["hosts"],
+        hosts,
         links or {},
         str(now),
         {"output_layers": got["output_layers"], "token": got["token"]},
+        priced,
     )

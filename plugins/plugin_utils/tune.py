@@ -23,7 +23,9 @@ import math
 import statistics
 from typing import Any, Dict, List, Mapping, Sequence
 
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Model
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_placement import Dev, Share
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.memory_model import Placement
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.placement_hosts import Host, Model
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import (
     Plan,
     PlanEmpty,
@@ -32,7 +34,12 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import (
     parse,
     parse_answer,
 )
-from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import Shape, estimate_split, figures_of
+from ansible_collections.llmfleet.cluster.plugins.plugin_utils.speed import (
+    Shape,
+    estimate_devices,
+    estimate_split,
+    figures_of,
+)
 
 __metaclass__ = type
 
@@ -121,22 +128,58 @@ def predict(
                 % name
             )
         figures[name] = fig
-    est = estimate_split(
-        Shape.of(model),
-        parsed.head.name,
-        [w.name for w in parsed.workers],
-        parsed.head_layers,
-        parsed.worker_layers,
-        parsed.output_on_head,
-        figures,
-    )
+    if any(h.gpu_devices for h in [parsed.head, *parsed.workers]):
+        est = estimate_devices(model, _device_placement(parsed), figures)
+    else:
+        est = estimate_split(
+            Shape.of(model),
+            parsed.head.name,
+            [w.name for w in parsed.workers],
+            parsed.head_layers,
+            parsed.worker_layers,
+            parsed.output_on_head,
+            figures,
+        )
+    if est is None:
+        raise TuneError("the plan uses a host without speed figures (measure it: playbooks/profile.yml)")
     return est.to_plan()
 
 
+def _device_placement(parsed: Plan) -> Placement:
+    """The placement a plan with devices serves, as speed.estimate_devices reads it: each host's
+    devices (llama.cpp's order) with their layers, the output layer's holder, and whether a device
+    runs on its host's CPUs (its work counts in a CPU quota)."""
+    hosts = [parsed.head, *parsed.workers]
+    shares = [
+        [
+            Share(
+                Dev(h.name, d.name, d.backend, d.type, d.uma, 0.0, 0.0, d.cpu_driver),
+                count=d.layer_count,
+                first=d.layers[0],
+                output=d.output_layer,
+            )
+            for d in h.devices
+        ]
+        for h in hosts
+    ]
+    return Placement(
+        Host(parsed.head.name, "head", 0.0),
+        [Host(w.name, "worker", 0.0) for w in parsed.workers],
+        parsed.head_layers,
+        parsed.worker_layers,
+        parsed.output_on_head,
+        [],
+        devices=shares,
+    )
+
+
 def _workers_of(plan: Mapping[str, Any]) -> List[Any]:
-    """What the workers' rpc-servers are started with: name, endpoint and threads of each worker
-    the plan uses (sorted). Two plans with the same list differ only in the head's arguments."""
-    return sorted((w.name, str(w.endpoint), str(w.threads)) for w in _plan(plan).workers)
+    """What the workers' rpc-servers are started with: name, endpoint, threads and devices (its
+    ``-d`` list) of each worker the plan uses (sorted). Two plans with the same list differ only in
+    the head's arguments."""
+    return sorted(
+        (w.name, str(w.endpoint), str(w.threads), ",".join(w.device_names())) for w in _plan(plan).workers
+    )
 
 
 def decide(

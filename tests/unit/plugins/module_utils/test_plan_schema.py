@@ -68,7 +68,12 @@ def test_format_doc_example_uses_schema_fields():
     assert set(data) <= set(SCHEMA["properties"])
     host_fields = set(SCHEMA["$defs"]["host"]["properties"])
     device_fields = set(SCHEMA["$defs"]["device"]["properties"])
+    required = set(SCHEMA["$defs"]["device"]["required"])
+    # the flags present only when true (uma, cpu_driver) are documented beside the example
+    flags = device_fields - required
+    assert flags == {"uma", "cpu_driver"}
+    assert all(f"`{f}: true`" in text for f in flags)
     for h in data["hosts"]:
         assert set(h) <= host_fields
         for d in h["devices"]:
-            assert set(d) == device_fields
+            assert set(d) == required

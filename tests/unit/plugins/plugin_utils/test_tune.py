@@ -270,3 +270,50 @@ def test_a_refused_speed_plan_and_a_plan_without_hosts_are_named():
             T.predict(empty, SPEED, LAYOUT)
     with pytest.raises(T.TuneError, match=r"plan: hosts\[0\]\.name must be a non-empty string"):
         T.predict({"hosts": [{"role": "head"}]}, SPEED, LAYOUT)
+
+
+def _with_devices(p, fast_gpu, fast_cpu):
+    """``p`` as plan.json version 2: fast offers Vulkan0 and its CPU (``fast_gpu`` + ``fast_cpu``
+    of its layers, in that order), the head and nas their CPU."""
+    rows = []
+    for h in p["hosts"]:
+        first, last = h["layers"]
+        if h["name"] == "fast":
+            assert fast_gpu + fast_cpu == last - first
+            devices = [
+                {"name": "Vulkan0", "backend": "vulkan", "type": "gpu", "layers": [first, first + fast_gpu]},
+                {"name": "CPU", "backend": "cpu", "type": "cpu", "layers": [first + fast_gpu, last]},
+            ]
+        else:
+            devices = [{"name": "CPU", "backend": "cpu", "type": "cpu", "layers": [first, last]}]
+        devices[-1]["output_layer"] = h["output_layer"]
+        rows.append(dict(h, devices=devices))
+    return dict(p, version=2, hosts=rows)
+
+
+def test_a_plan_with_devices_is_predicted_per_device():
+    """fast's Vulkan0 measured at 0.25 ms a layer against its CPU's 1.0: the 4 layers of fast split
+    3 on the GPU and 1 on the CPU cost 3 x 0.25 + 1 x 1.0 = 1.75 ms instead of 4 (the rest as in
+    test_predict_any_plan_with_the_current_figures: nas 16, the head's output 2, the links 6.096).
+    Before this, a GPU plan was predicted as if every layer ran on its host's CPU."""
+    speed = dict(SPEED, fast=dict(SPEED["fast"], devices={"Vulkan0": {"ms_per_layer": 0.25}}))
+    got = T.predict(_with_devices(MEMORY, 3, 1), speed, LAYOUT)
+    assert got["ms_per_token"] == pytest.approx(1.75 + 16 + 2 + 2 * (1 + 2.048), abs=1e-3)
+    # every layer on fast's CPU: the CPU-only figure again
+    got = T.predict(_with_devices(MEMORY, 0, 4), speed, LAYOUT)
+    assert got["ms_per_token"] == pytest.approx(4 + 16 + 2 + 2 * (1 + 2.048), abs=1e-3)
+
+
+def test_a_speed_plan_that_changes_a_workers_devices_is_not_head_only():
+    """fast's rpc-server offers Vulkan0 and its CPU in the running plan and its CPU alone in the
+    speed plan: its -d list changes, so the round must redeploy it, not only the head (on
+    demo-gpu, a head-only round served the speed plan's --device over the old -d list)."""
+    before = _with_devices(MEMORY, 2, 2)
+    after = _with_devices(SPEEDY, 0, 7)
+    after["hosts"][1]["devices"] = [after["hosts"][1]["devices"][1]]
+    speed = dict(SPEED, fast=dict(SPEED["fast"], devices={"Vulkan0": {"ms_per_layer": 3.0}}))
+    d = T.decide(before, after, speed, LAYOUT, 0.10)
+    assert d["redeploy"] is True and d["head_only"] is False
+    # the same devices on every worker: only the head's arguments change
+    same = _with_devices(SPEEDY, 2, 5)
+    assert T.decide(before, same, speed, LAYOUT, 0.0)["head_only"] is True
