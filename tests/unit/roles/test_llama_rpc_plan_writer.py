@@ -84,11 +84,6 @@ def test_every_writer_serves_through_the_entry_point() -> None:
     assert not (ROOT / "playbooks" / "tasks" / "profile_serve.yml").exists()
 
 
-# roles/verify still types its verify_units default (its owner's change: the bench role's move,
-# an empty default read from llama_rpc_names)
-_NOT_YET = ("roles/verify/",)
-
-
 def test_no_unit_name_or_plan_path_is_typed_outside_llama_rpcs_vars() -> None:
     """Neither llama_rpc's unit names nor the head's plan paths appear in the playbooks, the
     other roles or the plugins (code, role specs, module docs; comments aside): they read
@@ -105,7 +100,7 @@ def test_no_unit_name_or_plan_path_is_typed_outside_llama_rpcs_vars() -> None:
     typed = [
         f"{rel}:{n}"
         for path in sorted(paths)
-        if not (rel := path.relative_to(ROOT).as_posix()).startswith(("roles/llama_rpc/", *_NOT_YET))
+        if not (rel := path.relative_to(ROOT).as_posix()).startswith("roles/llama_rpc/")
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if pattern.search(line) and not line.lstrip().startswith("#")
     ]
@@ -124,3 +119,49 @@ def test_the_bench_reads_llama_rpcs_names() -> None:
     assert include == {"name": "llmfleet.cluster.llama_rpc", "tasks_from": "names"}
     bench_vars = yaml.safe_load((bench / "vars" / "main.yml").read_text())
     assert "llama_rpc_names.units" in bench_vars["_bench_units"]
+
+
+def test_verify_reads_llama_rpcs_names() -> None:
+    """verify samples the units llama_rpc installs unless told others (its default and argument
+    spec typed them)."""
+    verify = ROOT / "roles" / "verify"
+    defaults = yaml.safe_load((verify / "defaults" / "main.yml").read_text())
+    assert defaults["verify_units"] == {}
+    spec = yaml.safe_load((verify / "meta" / "argument_specs.yml").read_text())
+    assert spec["argument_specs"]["main"]["options"]["verify_units"]["default"] == {}
+    preflight = _tasks(verify / "tasks" / "preflight.yml")
+    include = next(t for t in preflight if "ansible.builtin.include_role" in t)
+    assert include["ansible.builtin.include_role"]["name"] == "llmfleet.cluster.llama_rpc"
+    assert include["ansible.builtin.include_role"]["tasks_from"] == "names"
+    # tagged like the preflight, so that --tags verify still reads them
+    assert include["ansible.builtin.include_role"]["apply"]["tags"] == ["verify", "verify_preflight"]
+    names = [t["name"] for t in preflight]
+    assert names.index(include["name"]) < names.index("Check the idle window and the thresholds")
+    verify_vars = yaml.safe_load((verify / "vars" / "main.yml").read_text())
+    assert "llama_rpc_names.units.head" in verify_vars["_verify_units"]
+    assert "llama_rpc_names.units.worker" in verify_vars["_verify_units"]
+    # every reader goes through _verify_units (the setting or llama_rpc's names)
+    direct = [
+        f"{p.relative_to(ROOT).as_posix()}:{n}"
+        for p in sorted([*verify.glob("tasks/*.yml"), verify / "vars" / "main.yml"])
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"(?<!_)verify_units(\.|\[|\.values|,)", line)
+    ]
+    assert direct == []
+
+
+def test_the_kubernetes_templates_take_the_plan_path_and_config_dir_from_the_roles_vars() -> None:
+    """The head pod's --plan is the role's one plan path (llama_rpc_config_dir/plan.json), and the
+    pods mount their ConfigMap at that directory: nothing under templates/ types them."""
+    typed = [
+        f"{p.relative_to(ROOT).as_posix()}:{n}"
+        for p in sorted((ROLE / "templates").rglob("*.j2"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "/etc/llmfleet" in line
+        or re.search(r"llmfleet-(llama|rpc)-server\.service|llmfleet-firewall\.service", line)
+    ]
+    assert typed == []
+    deployment = (ROLE / "templates" / "kubernetes" / "deployment.yaml.j2").read_text()
+    assert "- --plan={{ _llama_rpc_plan_file }}" in deployment
+    role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    assert role_vars["_llama_rpc_plan_file"] == "{{ llama_rpc_config_dir }}/plan.json"
