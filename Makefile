@@ -162,7 +162,8 @@ demo-mixed-check: venv link host-setup images test-artifacts arm64-images arm64-
 
 # The GPU fleet (inventories/demo-gpu: a head and a worker with a real Vulkan device, Mesa's
 # lavapipe, beside a CPU worker) end to end: site.yml ending in verify.yml, then every planned
-# device's buffers in verify's table against the plan; removed afterwards unless running before.
+# device's buffers in verify's table against the plan, then the README's tune.yml line on it (each
+# device priced by the profile); removed afterwards unless running before.
 DEMO_GPU_INVENTORY ?= inventories/demo-gpu
 demo-gpu-check: venv link host-setup images test-artifacts vulkan-image vulkan-artifacts
 	@bash scripts/demo-gpu-check.sh $(DEMO_GPU_INVENTORY)

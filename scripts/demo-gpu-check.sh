@@ -5,7 +5,8 @@
 # every worker worked during a real request and every planned device's buffers in llama.cpp's own
 # report are within the goal of the plan's prediction), then check in the plan and verify's table
 # that the head's own Vulkan0 and the worker's Vulkan0 and CPU (its rpc-server's -d Vulkan0,CPU)
-# each held layers, and remove the fleet again unless it was already running.
+# each held layers, then run the README's tune.yml line on it (scripts/demo-tune-check.sh) and check
+# that the profile priced every Vulkan device, and remove the fleet again unless it was already running.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -17,7 +18,9 @@ source scripts/demo-fleet.sh
 demo_fleet demo-gpu-check "${1:-inventories/demo-gpu}"
 
 start=$(date +%s)
-bash scripts/demo.sh up "$inventory"
+up_log=$state.gpu-up.log
+mkdir -p "$(dirname "$state")"
+bash scripts/demo.sh up "$inventory" | tee "$up_log"
 
 echo "demo-gpu-check: the devices each rpc-server serves (its unit's -d) and verify's table ($state/out/verify.txt)"
 cat "$state/out/verify.txt"
@@ -65,4 +68,27 @@ for h in plan["hosts"][1:]:
       exit 1
     fi
   done
+echo "demo-gpu-check: the fleet served its plan per device ($(($(date +%s) - start)) s); now the README's tune.yml line"
+
+# The README's tune.yml line on it (scripts/demo-tune-check.sh: measured, decided, said so, each
+# plan's median against its prediction), then: the profile priced every Vulkan device of the
+# plan from its own pair of requests (docs/profile.md, "Per device"), none left to a default.
+DEMO_TUNE_UP_LOG=$up_log bash scripts/demo-tune-check.sh "$inventory"
+python3 - "$state/out/plan.json" "$state/out/profile.json" <<'PY'
+import json, sys
+plan, profile = (json.load(open(p)) for p in sys.argv[1:3])
+for h in plan["hosts"]:
+    for d in h.get("devices") or []:
+        if d["backend"] == "cpu":
+            continue
+        entry = profile["hosts"].get(h["name"]) or {}
+        fig = (entry.get("devices") or {}).get(d["name"])
+        assert fig and fig.get("ms_per_layer"), (
+            f"demo-gpu-check: the profile has no figure for {h['name']} {d['name']}: {entry.get('not_measured')}")
+        cpu = entry["compute"]
+        print(f"demo-gpu-check: {h['name']} {d['name']}: {fig['ms_per_layer']:.3f} ms a layer "
+              f"({fig['layers']} layers: {fig['ms_per_token_on_device']:.1f} ms a token on it, "
+              f"{fig['ms_per_token_on_cpu']:.1f} on the CPU), the host's CPU {cpu['ms_per_layer']:.3f}"
+              + (" (cpu_alone)" if cpu.get("cpu_alone") else ""))
+PY
 echo "demo-gpu-check: passed in $(($(date +%s) - start)) s"

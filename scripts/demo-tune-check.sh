@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo fleet as the user's playground, as a test (`make demo-tune-check`, part of `make test`): bring up a demo
 # fleet (inventories/demo-uneven by default: llmfleet_tls, the API behind the chat page's TLS port)
-# with scripts/demo.sh, then run the README's tune.yml line on it exactly as printed (no -e: the
+# with scripts/demo.sh (or take the one a caller brought up: DEMO_TUNE_UP_LOG, its demo's output), then run the README's tune.yml line on it exactly as printed (no -e: the
 # inventory names the demo's output directory, the demo's mirror is still up), and check that it
 # measured every round through the fleet's entry point, decided and said so (tune.json, the
 # verdict in its log). The fleet is removed afterwards unless it was already running before.
@@ -21,7 +21,12 @@ start=$(date +%s)
 up_log=$(dirname "$state")/$(basename "$state").up.log
 tune_log=$(dirname "$state")/$(basename "$state").tune.log
 mkdir -p "$(dirname "$state")"
-bash scripts/demo.sh up "$inventory" | tee "$up_log"
+if [[ -n ${DEMO_TUNE_UP_LOG:-} ]]; then
+  # the caller brought the fleet up just now (scripts/demo-gpu-check.sh): its demo's output
+  up_log=$DEMO_TUNE_UP_LOG
+else
+  bash scripts/demo.sh up "$inventory" | tee "$up_log"
+fi
 up_time=$(($(date +%s) - start))
 grep -qF "ansible-playbook playbooks/tune.yml -i $inventory" "$up_log" || {
   echo "demo-tune-check: the demo did not print how to tune it" >&2

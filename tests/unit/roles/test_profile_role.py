@@ -98,7 +98,8 @@ def test_the_request_goes_through_the_measuring_placement() -> None:
     # llmfleet_plan as a role parameter, so it is the include's variable
     verify = _verify()
     assert verify["vars"]["llmfleet_plan"] == "{{ _profile_placement }}"
-    assert verify["when"] == "_profile_placement | length > 0"
+    # an entry without hosts ({} or a device that cannot be priced) is not served
+    assert verify["when"] == "_profile_placement.hosts is defined"
     made = _named("Make the measuring placement of each request")["ansible.builtin.set_fact"]
     assert "profile_measuring_plan" in made["__profile_placements"]
     # a run that died after installing the measuring placement must not make it the "served" copy:
@@ -116,7 +117,11 @@ def test_the_requests_are_one_loop_over_the_placements() -> None:
     # profile.yml wrote the serve / request / keep sequence three times
     step = next(s for s in _tasks("main") if "ansible.builtin.include_tasks" in s)
     assert step["ansible.builtin.include_tasks"]["file"] == "request.yml"
-    assert step["loop"] == "{{ __profile_placements }}"
+    # the measuring placements, then two per device other than a CPU (docs/profile.md, "Per device")
+    assert step["loop"] == "{{ __profile_placements + __profile_device_placements }}"
+    devices = _named("Make the placements that price each device")["ansible.builtin.set_fact"]
+    assert "request='devices'" in devices["__profile_device_placements"]
+    assert "if profile_devices | bool else []" in devices["__profile_device_placements"]
     assert step["loop_control"] == {"loop_var": "_profile_placement", "index_var": "_profile_index"}
     made = _named("Make the measuring placement of each request")["ansible.builtin.set_fact"]
     # three requests with the output layer apart, else one (and two {} skipped)
