@@ -344,6 +344,12 @@ def _room(device: Any) -> Optional[float]:
     return float(device.budget_mib) - float(total)
 
 
+def _unpriced(about: Mapping[str, Any], why: str) -> Dict[str, Any]:
+    """The entry of a device that cannot be priced by a pair: no placement, its reason."""
+    reason = "not measured: %s device %s: %s" % (about["host"], about["device"], why)
+    return {"measuring": {"device": dict(about, reason=reason)}}
+
+
 def device_pairs(placement: Mapping[str, Any], layers_each: int = MEASURE_LAYERS) -> List[Dict[str, Any]]:
     """The measuring placements that price each device other than a CPU (docs/profile.md, "Per
     device"): per such device of a host that also serves its CPU, two placements of ``placement``
@@ -368,22 +374,8 @@ def device_pairs(placement: Mapping[str, Any], layers_each: int = MEASURE_LAYERS
             if dev.backend == "cpu":
                 continue
             about = {"host": host.name, "device": dev.name}
-
-            def skip(why: str, about: Dict[str, Any] = about) -> None:
-                out.append(
-                    {
-                        "measuring": {
-                            "device": dict(
-                                about,
-                                reason="not measured: %s device %s: %s"
-                                % (about["host"], about["device"], why),
-                            )
-                        }
-                    }
-                )
-
             if not cpus:
-                skip("its host serves no CPU device to compare it with")
+                out.append(_unpriced(about, "its host serves no CPU device to compare it with"))
                 continue
             c = cpus[0]
             counts = [d.layer_count for d in devices]
@@ -398,10 +390,12 @@ def device_pairs(placement: Mapping[str, Any], layers_each: int = MEASURE_LAYERS
             if room is not None and per > 0:
                 k = min(k, int(room // per))
             if k < 1:
-                skip(
-                    "no layer of %s can move between it and the CPU (%s layers, room %s MiB)"
-                    % (host.name, counts, "unknown" if room is None else "%.1f" % room)
+                why = "no layer of %s can move between it and the CPU (%s layers, room %s MiB)" % (
+                    host.name,
+                    counts,
+                    "unknown" if room is None else "%.1f" % room,
                 )
+                out.append(_unpriced(about, why))
                 continue
             on_device = list(counts)
             if not counts[j]:

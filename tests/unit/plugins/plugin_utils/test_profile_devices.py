@@ -11,9 +11,15 @@ from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile as
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import profile_figures as figs
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.plan import Plan
 
+from tests.unit.plugins.plugin_utils import test_plan
 from tests.unit.plugins.plugin_utils.test_device_placement import check_split
-from tests.unit.plugins.plugin_utils.test_plan import gpu_plans  # noqa: F401 (the fixture)
 from tests.unit.plugins.plugin_utils.test_profile import CPU_DEV, FACTS, GPU, NOW, SCHEMA, SHA, fact
+
+
+@pytest.fixture(scope="module")
+def gpu_plans() -> dict:
+    """test_plan's plans of recorded GPU machines (its fixture's function)."""
+    return test_plan.gpu_plans.__wrapped__()
 
 
 def _layers(plan: dict) -> dict:
@@ -23,7 +29,7 @@ def _layers(plan: dict) -> dict:
     }
 
 
-def test_a_worker_gpu_is_measured_by_two_placements_that_move_only_its_layers(gpu_plans) -> None:  # noqa: F811
+def test_a_worker_gpu_is_measured_by_two_placements_that_move_only_its_layers(gpu_plans) -> None:
     """The NAS head and the RTX 3060 desktop offering Vulkan0 and its CPU: one pair, the same
     split but the desktop's 37 Vulkan0 layers on its CPU in the second; every other device keeps
     its layers, the output layer stays, and llama.cpp's rule gives each device what its row says."""
@@ -46,7 +52,7 @@ def test_a_worker_gpu_is_measured_by_two_placements_that_move_only_its_layers(gp
     assert args[args.index("--tensor-split") + 1] == "0,42"
 
 
-def test_a_head_gpu_keeps_the_output_layer_and_what_the_cpu_has_room_for(gpu_plans) -> None:  # noqa: F811
+def test_a_head_gpu_keeps_the_output_layer_and_what_the_cpu_has_room_for(gpu_plans) -> None:
     """The desktop alone: its Vulkan0 holds 37 layers and the output layer; one layer stays with
     the output layer, and the CPU's room (its budget less its predicted total) caps how many move;
     where no layer fits (the head of two desktops) the device is named with the room, not measured."""
@@ -75,7 +81,7 @@ def test_a_head_gpu_keeps_the_output_layer_and_what_the_cpu_has_room_for(gpu_pla
     assert [p["measuring"]["device"]["on"] for p in two[1:]] == ["device", "cpu"]
 
 
-def test_a_cpu_only_fleet_has_no_device_requests(gpu_plans) -> None:  # noqa: F811
+def test_a_cpu_only_fleet_has_no_device_requests(gpu_plans) -> None:
     from tests.unit.plugins.plugin_utils.test_profile_measuring import SERVED
 
     assert meas.measuring_request(SERVED, request="devices") == []
@@ -156,7 +162,7 @@ def _samples(cpu_seconds: float, unit: str = "rpc-server") -> list:
     return [{"units": {unit: {"cpu_seconds": s}}} for s in (0.0, 1.0, 1.0 + cpu_seconds)]
 
 
-def test_a_worker_cpu_figure_comes_from_its_pair_request_with_every_layer_on_its_cpu(gpu_plans) -> None:  # noqa: F811
+def test_a_worker_cpu_figure_comes_from_its_pair_request_with_every_layer_on_its_cpu(gpu_plans) -> None:
     """pc2's rpc-server ran lavapipe's work for its Vulkan0 layers in the first request: its CPU
     figure is taken from the pair's CPU side, where Vulkan0 held none (0.82 CPU seconds, 90 % of
     the request decoding, 40 tokens, 41 layers at one thread), and its device priced on that."""
@@ -184,7 +190,7 @@ def test_a_worker_cpu_figure_comes_from_its_pair_request_with_every_layer_on_its
     assert figs.cpu_alone(requests[:1], first, facts, units) == first
 
 
-def test_the_head_token_time_is_moved_by_what_pricing_per_device_changes(gpu_plans) -> None:  # noqa: F811
+def test_the_head_token_time_is_moved_by_what_pricing_per_device_changes(gpu_plans) -> None:
     """The head's token time was fitted with pc2's 41 layers at one figure, 3.0 ms (its CPU
     seconds, lavapipe's work in them); priced per device they cost 37 x 0.8 (Vulkan0) + 4 x 0.5
     (its CPU alone) = 31.6 ms: the head's token time gains the 91.4 ms difference, so the model
@@ -202,7 +208,7 @@ def test_the_head_token_time_is_moved_by_what_pricing_per_device_changes(gpu_pla
     assert figs.head_token_shift(first, fitted, fitted, {}) == 0.0
 
 
-def test_a_device_whose_memory_is_the_host_ram_moves_all_its_layers(gpu_plans) -> None:  # noqa: F811
+def test_a_device_whose_memory_is_the_host_ram_moves_all_its_layers(gpu_plans) -> None:
     """The head of two desktops had no CPU room for a layer of its Vulkan0; were that Vulkan0 uma
     (an APU's iGPU, lavapipe: plan.json's ``uma``), its layers are in the host's RAM already, so
     all 37 move to the CPU and its pair is measured."""
