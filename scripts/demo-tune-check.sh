@@ -42,9 +42,12 @@ if ! ansible-playbook playbooks/tune.yml -i "$inventory" >"$tune_log" 2>&1; then
   exit 1
 fi
 tune_time=$(($(date +%s) - tune_start))
-python3 - "$state/out" "$tune_log" <<'PY'
+# the bounds outside which a prediction is wrong, not noisy (DEMO_TUNE_BOUNDS, "LOW HIGH")
+read -r low high <<<"${DEMO_TUNE_BOUNDS:-0.5 2.0}"
+python3 - "$state/out" "$tune_log" "$low" "$high" <<'PY'
 import json, pathlib, sys
 out, log = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]).read_text()
+low, high = float(sys.argv[3]), float(sys.argv[4])
 result = json.loads((out / "tune.json").read_text())
 rounds = result["rounds"]
 assert rounds, "tune.json has no measured round"
@@ -59,7 +62,8 @@ print(f"demo-tune-check: verdict: {result['verdict']}")
 # each measured plan's median against the prediction tune.yml made for it: the goal is +-25 %
 # (docs/tune.md), met when the machine is not shared; beside other work the profile and the rounds
 # are measured under different loads (0.62x seen with two other fleets' builds running), so the
-# check fails only outside 0.5-2x (a prediction that is wrong, not noisy) and says which it met.
+# check fails only outside 0.5-2x (a prediction that is wrong, not noisy; DEMO_TUNE_BOUNDS) and
+# says which it met.
 import statistics
 for plan, predicted in sorted(result["predicted_tokens_per_second"].items()):
     got = [r["tokens_per_second"] for r in rounds if r["plan"] == plan]
@@ -70,6 +74,6 @@ for plan, predicted in sorted(result["predicted_tokens_per_second"].items()):
     goal = "within" if 0.75 <= ratio <= 1.25 else "OUTSIDE"
     print(f"demo-tune-check: {plan}: measured {median:.2f} tokens/s (median of {len(got)}), predicted {predicted:.2f}: "
           f"{ratio:.2f}x, {goal} the +-25 % goal")
-    assert 0.5 <= ratio <= 2.0, f"demo-tune-check: {plan}: measured {median:.2f} tokens/s against the predicted {predicted:.2f}: {ratio:.2f}x is outside 0.5-2x"
+    assert low <= ratio <= high, f"demo-tune-check: {plan}: measured {median:.2f} tokens/s against the predicted {predicted:.2f}: {ratio:.2f}x is outside {low:g}-{high:g}x"
 PY
 echo "demo-tune-check: passed (demo up ${up_time}s, tune.yml ${tune_time}s; the log is $tune_log)"
