@@ -78,25 +78,25 @@ echo "demo-gpu-check: the fleet served its plan per device ($(($(date +%s) - sta
 # and the head's fitted token time: measured 0.80-1.89x of the prediction here (docs/vulkan.md,
 # "Speed"), so this fleet's bounds are 0.33-3x (the +-25 % goal is printed, met or not)
 DEMO_TUNE_UP_LOG=$up_log DEMO_TUNE_BOUNDS="0.33 3.0" bash scripts/demo-tune-check.sh "$inventory"
-python3 - "$state/out/plan.json" "$state/out/profile.json" <<'PY'
+python3 - "$state/out/profile.json" <<'PY'
 import json, sys
-plan, profile = (json.load(open(p)) for p in sys.argv[1:3])
+profile = json.load(open(sys.argv[1]))
 priced = 0
-for h in plan["hosts"]:
-    for d in h.get("devices") or []:
-        if d["backend"] == "cpu":
-            continue
-        entry = profile["hosts"].get(h["name"]) or {}
-        fig = (entry.get("devices") or {}).get(d["name"])
+# every host's devices other than its CPU, as its fingerprint lists them ("Vulkan0 llvmpipe ... 2048"):
+# the plan served afterwards may be the speed plan, which need not use them
+for name, entry in sorted(profile["hosts"].items()):
+    for listed in entry["fingerprint"].get("devices") or []:
+        dev = listed.split()[0]
+        fig = (entry.get("devices") or {}).get(dev)
         if not fig:
             # measured, but too noisy to price (the reason names the host and the device)
-            why = [r for r in entry.get("not_measured") or [] if f" device {d['name']}:" in r]
-            assert why, f"demo-gpu-check: the profile neither priced {h['name']} {d['name']} nor said why: {entry}"
+            why = [r for r in entry.get("not_measured") or [] if f" device {dev}:" in r]
+            assert why, f"demo-gpu-check: the profile neither priced {name} {dev} nor said why: {entry}"
             print(f"demo-gpu-check: {why[0]}")
             continue
         priced += 1
         cpu = entry["compute"]
-        print(f"demo-gpu-check: {h['name']} {d['name']}: {fig['ms_per_layer']:.3f} ms a layer "
+        print(f"demo-gpu-check: {name} {dev}: {fig['ms_per_layer']:.3f} ms a layer "
               f"({fig['layers']} layers: {fig['ms_per_token_on_device']:.1f} ms a token on it, "
               f"{fig['ms_per_token_on_cpu']:.1f} on the CPU), the host's CPU {cpu['ms_per_layer']:.3f}"
               + (" (cpu_alone)" if cpu.get("cpu_alone") else ""))
