@@ -364,6 +364,8 @@ def device_pairs(placement: Mapping[str, Any], layers_each: int = MEASURE_LAYERS
     device, holds no layers, or no layer fits) is left out with ``measuring.device.reason`` on a
     placement-less entry ``{"measuring": {"device": {..., "reason": ...}}}``."""
     served = _parse(placement)
+    workers = [served.row(w) for w in served.workers]
+    others = [served.row(h) for h in served.hosts if h.role == "worker" and h not in served.workers]
     out: List[Dict[str, Any]] = []
     for host in served.hosts:
         if host.role == "worker" and host not in served.workers:
@@ -404,13 +406,11 @@ def device_pairs(placement: Mapping[str, Any], layers_each: int = MEASURE_LAYERS
             on_cpu[j], on_cpu[c] = on_device[j] - k, on_device[c] + k
             for on, split in (("device", on_device), ("cpu", on_cpu)):
                 got = served.with_split(
-                    [served.row(w) for w in served.workers],
+                    workers,
                     served.head_layers,
                     served.worker_layers,
                     served.output_on_head,
-                    others=[
-                        served.row(h) for h in served.hosts if h.role == "worker" and h not in served.workers
-                    ],
+                    others=others,
                     poll=MEASURE_POLL,
                     device_layers={host.name: split},
                 )

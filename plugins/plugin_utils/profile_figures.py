@@ -615,7 +615,8 @@ def profile_from_run(
     got = measure(plan, samples or {}, timings or {}, facts or {}, units or {}, links or {}, moved or None)
     hosts = cpu_alone(devices or [], got["hosts"], facts or {}, units or {})
     priced = measured_devices(devices or [], hosts)
-    head = _parse(plan).head.name if _parse(plan) else None
+    served = _parse(plan)
+    head = served.head.name if served else None
     token_ms = (hosts.get(head) or {}).get("token_ms")
     if token_ms is not None and priced:
         shift = head_token_shift(plan, got["hosts"], hosts, priced)
