@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.measuring import (
     MEASURE_LAYERS,
     measuring_request,
@@ -55,9 +56,13 @@ def profile_build(
         raise AnsibleFilterError("profile_build: malformed input: %s" % err) from err
 
 
-def profile_measuring_plan(plan, add=None, layers_each=MEASURE_LAYERS, request=0, quotas=None):
+def profile_measuring_plan(
+    plan, add=None, layers_each=MEASURE_LAYERS, request=0, quotas=None, output_apart=True, devices=True
+):
     try:
-        return measuring_request(plan, add or [], layers_each, request, quotas)
+        return measuring_request(
+            plan, add or [], layers_each, request, quotas, boolean(output_apart), boolean(devices)
+        )
     except ProfileError as err:
         raise AnsibleFilterError("profile_measuring_plan: %s" % err) from err
     except (TypeError, ValueError, AttributeError) as err:

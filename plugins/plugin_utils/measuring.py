@@ -308,19 +308,45 @@ def measuring_request(
     layers_each: int = MEASURE_LAYERS,
     request: Any = 0,
     quotas: Optional[Mapping[str, Any]] = None,
+    output_apart: bool = True,
+    devices: bool = True,
 ) -> Any:
     """The measuring plan (``request`` 0), the placement of measured request 1, 2 or 3 ({} when
-    the plan makes fewer), or with ``request`` ``devices`` the list of :func:`device_pairs` of
-    request 1's placement (filter ``llmfleet.cluster.profile_measuring_plan``)."""
+    the plan makes fewer), with ``request`` ``devices`` the list of :func:`device_pairs` of
+    request 1's placement, or with ``request`` ``all`` every placement the profile role serves
+    from one measuring plan (:func:`measuring_requests`; ``output_apart`` and ``devices`` apply
+    to it only) (filter ``llmfleet.cluster.profile_measuring_plan``)."""
+    if str(request) not in ("0", "1", "2", "3", "devices", "all"):
+        raise ProfileError("request must be 0, 1, 2, 3, devices or all, got %r" % (request,))
     measuring = measuring_plan(plan or {}, [str(a) for a in add or []], int(layers_each))
+    if request == "all":
+        return measuring_requests(measuring, int(layers_each), quotas, output_apart, devices)
     if request == "devices":
         return device_pairs(measuring_placements(measuring, quotas or {})[0], int(layers_each))
     if int(request) == 0:
         return measuring
-    if int(request) not in (1, 2, 3):
-        raise ProfileError("request must be 0, 1, 2 or 3, got %r" % (request,))
     placements = measuring_placements(measuring, quotas or {})
     return placements[int(request) - 1] if int(request) <= len(placements) else {}
+
+
+def measuring_requests(
+    measuring: Mapping[str, Any],
+    layers_each: int = MEASURE_LAYERS,
+    quotas: Optional[Mapping[str, Any]] = None,
+    output_apart: bool = True,
+    devices: bool = True,
+) -> Dict[str, List[Dict[str, Any]]]:
+    """Every placement the profile role serves, the measuring placements made once:
+    ``requests`` the placements of requests 1, 2 and 3 ({} for each the plan does not make), or
+    with ``output_apart`` false the measuring plan itself then {} twice (one request, the output
+    layer where the plan has it); ``devices`` the :func:`device_pairs` of request 1's placement
+    ([] when ``devices`` is false)."""
+    placements = measuring_placements(measuring, quotas or {}) if (output_apart or devices) else []
+    requests: List[Dict[str, Any]] = list(placements[:3]) if output_apart else [dict(measuring)]
+    return {
+        "requests": [*requests, {}, {}, {}][:3],
+        "devices": device_pairs(placements[0], int(layers_each)) if devices else [],
+    }
 
 
 def _layer_mib(devices: Sequence[Any]) -> float:

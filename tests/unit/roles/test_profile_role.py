@@ -100,8 +100,8 @@ def test_the_request_goes_through_the_measuring_placement() -> None:
     assert verify["vars"]["llmfleet_plan"] == "{{ _profile_placement }}"
     # an entry without hosts ({} or a device that cannot be priced) is not served
     assert verify["when"] == "_profile_placement.hosts is defined"
-    made = _named("Make the measuring placement of each request")["ansible.builtin.set_fact"]
-    assert "profile_measuring_plan" in made["__profile_placements"]
+    made = _named("Make the measuring placements")["ansible.builtin.set_fact"]
+    assert "profile_measuring_plan" in made["__profile_measuring"]
     # a run that died after installing the measuring placement must not make it the "served" copy:
     # the role keeps the served plan once (force: false), and serves it back (restore)
     serve = _named("Serve measuring placement {{ _profile_index + 1 }}")
@@ -119,14 +119,20 @@ def test_the_requests_are_one_loop_over_the_placements() -> None:
     assert step["ansible.builtin.include_tasks"]["file"] == "request.yml"
     # the measuring placements, then two per device other than a CPU (docs/profile.md, "Per device")
     assert step["loop"] == "{{ __profile_placements + __profile_device_placements }}"
-    devices = _named("Make the placements that price each device")["ansible.builtin.set_fact"]
-    assert "request='devices'" in devices["__profile_device_placements"]
-    assert "if profile_devices | bool else []" in devices["__profile_device_placements"]
     assert step["loop_control"] == {"loop_var": "_profile_placement", "index_var": "_profile_index"}
+    # one call makes both (the measuring plan and its placements once, issue #29): three requests
+    # with the output layer apart, else one (and two {} skipped); the device pairs only when asked
+    call = _named("Make the measuring placements")["ansible.builtin.set_fact"]["__profile_measuring"]
+    assert call.count("profile_measuring_plan(") == 1 and "request='all'" in call
+    assert "output_apart=profile_output_apart | bool" in call
+    assert "devices=profile_devices | bool" in call
     made = _named("Make the measuring placement of each request")["ansible.builtin.set_fact"]
-    # three requests with the output layer apart, else one (and two {} skipped)
-    assert "[1, 2, 3] if profile_output_apart | bool else [0]" in made["__profile_placements"]
-    assert "(out + [{}, {}])[:3]" in made["__profile_placements"]
+    assert made == {
+        "__profile_placements": "{{ __profile_measuring.requests }}",
+        "__profile_device_placements": "{{ __profile_measuring.devices }}",
+    }
+    text = (ROLE / "tasks" / "placements.yml").read_text()
+    assert text.count("llmfleet.cluster.profile_measuring_plan(") == 1
 
 
 def test_served_workers_are_measured_at_one_thread_and_put_back_before_llama_server() -> None:

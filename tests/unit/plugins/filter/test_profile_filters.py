@@ -7,7 +7,11 @@ import math
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.cluster.plugins.filter.plan import plan_hosts
-from ansible_collections.llmfleet.cluster.plugins.filter.profile import profile_build, profile_speed
+from ansible_collections.llmfleet.cluster.plugins.filter.profile import (
+    profile_build,
+    profile_measuring_plan,
+    profile_speed,
+)
 
 SHA = "c" * 64
 
@@ -182,3 +186,20 @@ def test_profile_build_measures_the_output_layer_apart_from_a_second_request() -
         "off": {"request": 0, "ms": pytest.approx(off, abs=1e-3), "head_layers": 0},
         "on": {"request": 1, "ms": pytest.approx(on, abs=1e-3), "head_layers": 0},
     }
+
+
+def test_the_measuring_filter_makes_every_placement_in_one_call() -> None:
+    """request='all' (the profile role's one call): the role's booleans as Ansible passes them,
+    a word that is not one named."""
+    from tests.unit.plugins.plugin_utils import test_plan
+
+    plan = test_plan.gpu_plans.__wrapped__()["worker"]
+    made = profile_measuring_plan(plan, request="all", output_apart="false", devices="no")
+    assert made == {"requests": [profile_measuring_plan(plan), {}, {}], "devices": []}
+    assert profile_measuring_plan(plan, request="all")["devices"] == profile_measuring_plan(
+        plan, request="devices"
+    )
+    with pytest.raises(AnsibleFilterError, match="maybe"):
+        profile_measuring_plan(plan, request="all", devices="maybe")
+    with pytest.raises(AnsibleFilterError, match="devices or all, got 'some'"):
+        profile_measuring_plan(plan, request="some")

@@ -260,3 +260,40 @@ def test_a_lavapipe_device_says_so_in_the_plan() -> None:
     assert rows[("w", "Vulkan0")]["uma"] is True and rows[("w", "Vulkan0")]["cpu_driver"] is True
     assert "uma" not in rows[("pc", "Vulkan0")] and "cpu_driver" not in rows[("pc", "Vulkan0")]
     assert "uma" not in rows[("w", "CPU")]
+
+
+def test_all_is_the_separate_calls_made_from_one_measuring_plan(gpu_plans, monkeypatch) -> None:
+    """request='all' (the profile role's one call, issue #29) gives what requests 1-3 (padded
+    with {}) and 'devices' give one by one, on the RTX 3060 worker's plan: request 2 moves the
+    output layer to pc2, and Vulkan0 is priced by a pair. The measuring plan and its placements
+    are made once (the separate calls made each four times)."""
+    plan, quotas = gpu_plans["worker"], {"pc2": 0.25}
+    separate = {
+        "requests": [meas.measuring_request(plan, request=r, quotas=quotas) for r in (1, 2, 3)],
+        "devices": meas.measuring_request(plan, request="devices", quotas=quotas),
+    }
+    assert separate["requests"][1]["measuring"]["output_moved_to"] == "pc2"
+    assert separate["requests"][2] == {}
+    assert [p["measuring"]["device"]["on"] for p in separate["devices"]] == ["device", "cpu"]
+    calls = {"measuring_plan": 0, "measuring_placements": 0}
+
+    def counting(name):
+        real = getattr(meas, name)
+
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return counted
+
+    for name in calls:
+        monkeypatch.setattr(meas, name, counting(name))
+    assert meas.measuring_request(plan, request="all", quotas=quotas) == separate
+    assert calls == {"measuring_plan": 1, "measuring_placements": 1}
+    # profile_output_apart: false serves the measuring plan alone; profile_devices: false no pair
+    alone = meas.measuring_request(plan, request="all", quotas=quotas, output_apart=False, devices=False)
+    assert calls == {"measuring_plan": 2, "measuring_placements": 1}
+    assert alone == {"requests": [meas.measuring_request(plan, request=0), {}, {}], "devices": []}
+    apart = meas.measuring_request(plan, request="all", quotas=quotas, output_apart=False)
+    assert apart["devices"] == separate["devices"]
+    assert apart["requests"][0]["measuring"] == alone["requests"][0]["measuring"]
