@@ -5,7 +5,9 @@
 
 ``plan`` is the role's computation in one step; ``plan_hosts``, ``plan_keep`` and
 ``plan_placement`` are its parts, for what-if planning and the tests; ``plan_serving`` is what a
-host's llama.cpp process needs for the devices the plan gave it (the llama_rpc role's units). Thin wrappers over
+host's llama.cpp process needs for the devices the plan gave it (the llama_rpc role's units),
+``plan_gpu_workers`` the plan's workers that serve a GPU (the rpc-servers restarted before
+llama-server when a plan is served). Thin wrappers over
 plugins/plugin_utils/plan_step.py. Each filter's documentation is its sidecar file beside this
 one (plugins/filter/<name>.yml: ``ansible-doc -t filter llmfleet.cluster.<name>``).
 """
@@ -103,6 +105,13 @@ def plan_placement(
     return got
 
 
+def plan_gpu_workers(plan):
+    try:
+        return device_serving.gpu_workers(plan)
+    except PlanError as err:
+        raise AnsibleFilterError("plan_gpu_workers: %s" % err) from err
+
+
 def plan_serving(plan, host, flavour=None, env=None):
     try:
         return device_serving.serving(plan, str(host), flavour or None, env)
@@ -114,6 +123,7 @@ class FilterModule(object):
     def filters(self):
         return {
             "plan": plan,
+            "plan_gpu_workers": plan_gpu_workers,
             "plan_hosts": plan_hosts,
             "plan_keep": plan_keep,
             "plan_placement": plan_placement,

@@ -113,6 +113,15 @@ def build_problems(plan: Any, flavours: Mapping[str, Optional[str]]) -> List[str
     return [p for p in found if p]
 
 
+def gpu_workers(plan: Any) -> List[str]:
+    """The plan's workers, in its order, whose row has a device other than the CPU (the rule of
+    :func:`serving`'s ``gpu``): the llama_rpc role gives these a fresh rpc-server before
+    llama-server starts on the plan (roles/llama_rpc/tasks/serve_plan.yml; filter
+    ``llmfleet.cluster.plan_gpu_workers``). [] for a plan without workers."""
+    parsed: Plan = plan if isinstance(plan, Plan) else parse(plan)
+    return [w.name for w in parsed.workers if w.gpu_devices]
+
+
 def serving(plan: Any, host: str, flavour: Optional[str] = None, env: Any = None) -> Dict[str, Any]:
     """What ``host``'s llama.cpp process needs for its planned devices.
 

@@ -165,3 +165,14 @@ def test_the_kubernetes_templates_take_the_plan_path_and_config_dir_from_the_rol
     assert "- --plan={{ _llama_rpc_plan_file }}" in deployment
     role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
     assert role_vars["_llama_rpc_plan_file"] == "{{ llama_rpc_config_dir }}/plan.json"
+
+
+def test_the_gpu_workers_serve_plan_restarts_come_from_python() -> None:
+    # a Jinja loop over plan_serving(w).gpu chose them (issue #29): the filter plan_gpu_workers
+    # (device_serving.gpu_workers, unit-tested) is the one rule
+    serve = _tasks(ROLE / "tasks" / "serve_plan.yml")
+    named = next(t for t in serve if "__llama_rpc_serve" in (t.get("ansible.builtin.set_fact") or {}))
+    assert named["ansible.builtin.set_fact"]["__llama_rpc_gpu_workers"] == (
+        "{{ _plan | llmfleet.cluster.plan_gpu_workers }}"
+    )
+    assert "{%" not in (ROLE / "tasks" / "serve_plan.yml").read_text()

@@ -2,7 +2,11 @@
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.cluster.plugins.filter.plan import plan_hosts, plan_placement
+from ansible_collections.llmfleet.cluster.plugins.filter.plan import (
+    plan_gpu_workers,
+    plan_hosts,
+    plan_placement,
+)
 
 from tests.unit.plugins.plugin_utils.test_placement import host, layout
 
@@ -80,3 +84,8 @@ def test_a_gpu_fleet_through_the_filters_gives_a_version_2_plan_that_plan_py_rea
     assert plan.head.devices[1].budget_mib == 11922 - 1024
     assert plan.split_value("--device") == "Vulkan0,RPC0,RPC1"
     assert sum(d.layer_count for h in plan.hosts for d in h.devices) == 185
+
+
+def test_plan_gpu_workers_names_a_plan_it_cannot_read():
+    with pytest.raises(AnsibleFilterError, match=r"^plan_gpu_workers: plan: workers must be .*nowhere"):
+        plan_gpu_workers({"version": 2, "head": "h", "hosts": [{"name": "h"}], "workers": ["nowhere"]})

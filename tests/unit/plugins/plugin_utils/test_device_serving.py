@@ -13,6 +13,7 @@ from ansible_collections.llmfleet.cluster.plugins.module_utils import hostinfo
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import placement as P
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils.device_serving import (
     ServingError,
+    gpu_workers,
     k8s_serving,
     serving,
 )
@@ -142,3 +143,20 @@ def test_each_backend_asks_for_its_device_plugins_resource(gpu_plan, backend, ki
     got = k8s_serving(plan, DESKTOP, f"ubuntu-{backend}-x64")
     assert got["limits"] == resource
     assert got["args"] == ["-d", name + ",CPU"]
+
+
+def test_the_workers_that_serve_a_gpu_are_the_rows_with_gpu_devices(gpu_plan) -> None:
+    """The llama_rpc role's serve_plan restarts these (a Jinja loop over plan_serving(w).gpu
+    before, issue #29): the desktop offering Vulkan0 and its CPU is one, a CPU-only worker is not,
+    and a plan without workers has none."""
+    root = recorded_hosts()
+    nas = P.host_from_fact(NAS, hostinfo.probe(str(root / NAS)))
+    desktop = P.host_from_fact(DESKTOP, hostinfo.probe(str(root / DESKTOP)), address="10.0.0.2")
+    both = P.plan_llama_cpp(layout(n_layer=60, layer_mib=800), nas, [desktop, host("w", 40960)])
+    assert both["workers"] == [DESKTOP, "w"]
+    assert [d["name"] for d in both["hosts"][2]["devices"]] == ["CPU"]
+    assert gpu_workers(both) == [DESKTOP]
+    assert [w for w in both["workers"] if serving(both, w)["gpu"]] == gpu_workers(both)
+    assert gpu_workers(gpu_plan) == [DESKTOP]
+    alone = P.plan_llama_cpp(layout(n_layer=8, layer_mib=30), nas, [])
+    assert alone["workers"] == [] and gpu_workers(alone) == []
