@@ -258,6 +258,21 @@ def test_no_pod_of_ours_gives_a_clear_message_and_still_the_node_journals(api, t
     assert_no_secret(proc)
 
 
+def test_the_node_journals_are_the_k3s_roles_units_by_default(api, tmp_path) -> None:
+    """verify_kubernetes_node_units unset: the units the k3s role installs (k3s_names, its
+    tasks_from=names), not typed in the verify role (issue #29)."""
+    put_fleet(api)
+    proc = run_verify(tmp_path, api, verify_kubernetes_node_units=None)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-6000:]
+    assert (
+        (tmp_path / "out" / "logs" / "localhost.log")
+        .read_text()
+        .startswith("# localhost: journalctl -n 7 --unit=k3s.service --unit=k3s-agent.service\n")
+    ), output[-6000:]
+    assert_no_secret(proc)
+
+
 def test_an_api_server_that_does_not_answer_is_named_in_the_failure(api, tmp_path) -> None:
     put_fleet(api)
     api.down = True
