@@ -388,11 +388,24 @@ def device_pairs(placement: Mapping[str, Any], layers_each: int = MEASURE_LAYERS
     Each placement says what it is in ``measuring.device``: ``host``, ``device``, ``layers`` (k)
     and ``on`` (``device`` or ``cpu``). A device that cannot be priced so (its host serves no CPU
     device, holds no layers, or no layer fits) is left out with ``measuring.device.reason`` on a
-    placement-less entry ``{"measuring": {"device": {..., "reason": ...}}}``."""
+    placement-less entry ``{"measuring": {"device": {..., "reason": ...}}}``.
+
+    When two devices or more moved their own layers (their on-device side is ``placement``
+    itself), one more placement ends the list: every such device's ``k`` layers on its host's
+    CPU at once (``measuring.devices_on_cpu``: each one's ``host``, ``device`` and ``layers``),
+    where each host's CPU room takes them all; :func:`profile_figures.devices_together` reads
+    what the devices cost together beyond the sum of their pairs from it."""
     served = _parse(placement)
     workers = [served.row(w) for w in served.workers]
     others = [served.row(h) for h in served.hosts if h.role == "worker" and h not in served.workers]
     out: List[Dict[str, Any]] = []
+    # host -> the splits of its devices with every moved device's layers on its CPU (for the
+    # request with every device that held layers emptied at once)
+    emptied: Dict[str, List[int]] = {}
+    moved: List[Dict[str, Any]] = []
+    needed: Dict[str, float] = {}
+    fits = True
+    emptied_side: Dict[str, Any] = {}
     for host in served.hosts:
         if host.role == "worker" and host not in served.workers:
             continue
@@ -430,6 +443,15 @@ def device_pairs(placement: Mapping[str, Any], layers_each: int = MEASURE_LAYERS
                 on_device[j], on_device[c] = k, counts[c] - k
             on_cpu = list(on_device)
             on_cpu[j], on_cpu[c] = on_device[j] - k, on_device[c] + k
+            if counts[j]:
+                # its on-device side is the first request's placement itself
+                split = emptied.setdefault(host.name, list(counts))
+                split[j], split[c] = split[j] - k, split[c] + k
+                moved.append(dict(about, layers=k))
+                if room is not None:
+                    # the CPU's room must take every device's layers of the host at once
+                    needed[host.name] = needed.get(host.name, 0.0) + k * per
+                    fits = fits and needed[host.name] <= room
             for on, split in (("device", on_device), ("cpu", on_cpu)):
                 got = served.with_split(
                     workers,
@@ -443,4 +465,25 @@ def device_pairs(placement: Mapping[str, Any], layers_each: int = MEASURE_LAYERS
                 got["fallbacks"] = []
                 got["measuring"] = dict(got.get("measuring") or {}, device=dict(about, layers=k, on=on))
                 out.append(got)
+                if counts[j] and on == "cpu":
+                    emptied_side = got
+    if len(moved) == 1:
+        # the one device's pair: its CPU side uses no device, the request the head's token
+        # time is taken from (profile_figures.head_token_from_none)
+        emptied_side["measuring"]["devices_on_cpu"] = moved
+    if len(moved) > 1 and fits:
+        # every such device's layers on its host's CPU at once: what the devices cost together
+        # beyond the sum of their pairs (profile_figures.devices_together)
+        got = served.with_split(
+            workers,
+            served.head_layers,
+            served.worker_layers,
+            served.output_on_head,
+            others=others,
+            poll=MEASURE_POLL,
+            device_layers=emptied,
+        )
+        got["fallbacks"] = []
+        got["measuring"] = dict(got.get("measuring") or {}, devices_on_cpu=moved)
+        out.append(got)
     return out

@@ -516,6 +516,45 @@ def measured_devices(
     return out
 
 
+def devices_together(
+    requests: Sequence[Mapping[str, Any]], priced: Mapping[str, Mapping[str, Mapping[str, Any]]]
+) -> Dict[str, Dict[str, Dict[str, Any]]]:
+    """``priced`` (:func:`measured_devices`) with what the devices cost together beyond the sum of
+    their pairs spread over their layers: from the device request with every device that moved
+    its own layers emptied at once (measuring.device_pairs's last, ``measuring.devices_on_cpu``),
+    ``together = the first placement's ms per token (the mean of the pairs' on-device sides) -
+    that request's - the sum of the pairs' differences``, and each of those devices' ``ms_per_layer``
+    gains ``together / (their layers)``. The model then gives both the first placement (every
+    device used) and that request (none) their measured times; one device used alone is priced
+    a share of ``together`` high. Devices that run on the CPUs of one machine (lavapipe in the
+    test hosts, which share two cores) cost more together than apart; on separate machines
+    ``together`` is about zero. Unchanged without such a request, when a listed device has no
+    figure, or when a figure would not stay above zero."""
+    out = {h: {d: dict(f) for d, f in devs.items()} for h, devs in priced.items()}
+    for req in requests or []:
+        listed = ((req.get("plan") or {}).get("measuring") or {}).get("devices_on_cpu")
+        # one device: its pair's CPU side is that request, nothing is left to spread
+        emptied = _ms_per_token(req.get("timings") or {}) if listed and len(listed) > 1 else None
+        if emptied is None:
+            continue
+        figs = [out.get(str(d.get("host")), {}).get(str(d.get("device"))) or {} for d in listed]
+        if not figs or any("ms_per_layer" not in f for f in figs):
+            return out
+        on = sum(float(f["ms_per_token_on_device"]) for f in figs) / len(figs)
+        pairs = sum(float(f["ms_per_token_on_device"]) - float(f["ms_per_token_on_cpu"]) for f in figs)
+        together = on - emptied - pairs
+        per = together / sum(int(f["layers"]) for f in figs)
+        if any(float(f["ms_per_layer"]) + per <= 0 for f in figs):
+            return out
+        for f in figs:
+            f["pair_ms_per_layer"] = f["ms_per_layer"]
+            f["ms_per_layer"] = round(float(f["ms_per_layer"]) + per, 4)
+            f["together_ms"] = round(together, 3)
+            f["ms_per_token_none"] = round(emptied, 3)
+        return out
+    return out
+
+
 CPU_ALONE_KEYS = (
     "ms_per_layer",
     "cpu_ms_per_layer",
@@ -560,6 +599,39 @@ def cpu_alone(
             out[name].update({k: fig[k] for k in CPU_ALONE_KEYS if k in fig}, cpu_alone=True)
             done.add(name)
     return out
+
+
+def head_token_from_none(
+    requests: Sequence[Mapping[str, Any]],
+    hosts: Mapping[str, Mapping[str, Any]],
+    links: Mapping[str, Mapping[str, Any]],
+) -> Optional[float]:
+    """The head's token time from the device request that uses no device other than a CPU (the
+    one with ``measuring.devices_on_cpu``: every device that held layers emptied at once, or the
+    CPU side of the one device's pair): its measured ms per token less the time model's other
+    terms of it (every host's layers and output layer at their CPU figures, ``hosts``, and the
+    links). None when there is no such request, it made too few tokens, a device still holds a
+    layer or the output layer in it, a host it uses has no figure, or a CPU quota bound it."""
+    for req in requests or []:
+        plan = req.get("plan") or {}
+        if not (plan.get("measuring") or {}).get("devices_on_cpu"):
+            continue
+        served = _parse(plan)
+        measured = _ms_per_token(req.get("timings") or {})
+        if served is None or measured is None:
+            return None
+        used = [served.head, *served.workers]
+        if any(d.layer_count or d.output_layer for h in used for d in h.gpu_devices):
+            return None
+        if any("ms_per_layer" not in (hosts.get(h.name) or {}) for h in used):
+            return None
+        speed_of = {h.name: _speed_dict(hosts[h.name], links.get(h.name) or {}) for h in used}
+        speed_of[served.head.name].pop("token_ms", None)  # the unknown
+        est = predict_request(plan, speed_of)
+        if est is None or (est.capped is not None and est.capped["cap_ms"] > est.chain_ms):
+            return None
+        return measured - est.chain_ms
+    return None
 
 
 def head_token_shift(
@@ -608,17 +680,30 @@ def profile_from_run(
 ) -> Dict[str, Any]:
     """profile.json after a measuring run: :func:`measure`'s figures (a worker's CPU figure from
     its device pair's CPU side, :func:`cpu_alone`) and the devices' (:func:`measured_devices` over
-    the ``devices`` requests) put into ``build_profile`` (filter ``llmfleet.cluster.profile_build``).
-    The head's token time was priced with the first request's worker figures, which hold the same
-    work: a device's figure is the CPU figure plus its pair's difference, so the model gives the
-    first placement the time it measured."""
+    the ``devices`` requests, :func:`devices_together`) put into ``build_profile`` (filter
+    ``llmfleet.cluster.profile_build``). With devices priced, the head's token time is what the
+    request without devices left (:func:`head_token_from_none`), else the fitted one moved by
+    :func:`head_token_shift`."""
     got = measure(plan, samples or {}, timings or {}, facts or {}, units or {}, links or {}, moved or None)
     hosts = cpu_alone(devices or [], got["hosts"], facts or {}, units or {})
-    priced = measured_devices(devices or [], hosts)
+    priced = devices_together(devices or [], measured_devices(devices or [], hosts))
     served = _parse(plan)
     head = served.head.name if served else None
     token_ms = (hosts.get(head) or {}).get("token_ms")
-    if token_ms is not None and priced:
+    none = (
+        head_token_from_none(devices or [], hosts, links or {})
+        if priced and "ms_per_layer" in (hosts.get(head) or {})
+        else None
+    )
+    if none is not None:
+        # the head's own time of a token: what the placement without devices left
+        row = {k: v for k, v in hosts[head].items() if k != "token_ms"}
+        if token_ms is not None:
+            row["token_ms_fitted"] = token_ms
+        if none > 0:
+            row["token_ms"] = round(none, 4)
+        hosts[head] = row
+    elif token_ms is not None and priced:
         shift = head_token_shift(plan, got["hosts"], hosts, priced)
         if token_ms + shift > 0:
             hosts[head] = dict(hosts[head], token_ms=round(token_ms + shift, 4), token_ms_fitted=token_ms)

@@ -4,6 +4,8 @@ placements per device (measuring.device_pairs) and the figures made from their r
 
 from __future__ import annotations
 
+import copy
+
 import jsonschema
 import pytest
 from ansible_collections.llmfleet.cluster.plugins.plugin_utils import measuring as meas
@@ -297,3 +299,120 @@ def test_all_is_the_separate_calls_made_from_one_measuring_plan(gpu_plans, monke
     apart = meas.measuring_request(plan, request="all", quotas=quotas, output_apart=False)
     assert apart["devices"] == separate["devices"]
     assert apart["requests"][0]["measuring"] == alone["requests"][0]["measuring"]
+
+
+def test_devices_that_moved_their_layers_are_also_emptied_at_once(gpu_plans) -> None:
+    """The head of two desktops with a uma Vulkan0 and pc2's Vulkan0 each move their 37 layers:
+    after their two pairs, one more placement has both emptied at once (each host's split its
+    pair's CPU side), named by ``measuring.devices_on_cpu``; a fleet with one such device (the
+    NAS head and pc2) gets none, its pair's CPU side is that placement already."""
+    import copy
+
+    plan = copy.deepcopy(gpu_plans["two"])
+    plan["hosts"][0]["devices"][1]["uma"] = True
+    got = meas.measuring_request(plan, request="devices")
+    assert len(got) == 5
+    last = got[-1]
+    assert "device" not in last["measuring"]
+    assert last["measuring"]["devices_on_cpu"] == [
+        {"host": "head", "device": "Vulkan0", "layers": 37},
+        {"host": "pc2", "device": "Vulkan0", "layers": 37},
+    ]
+    assert _layers(last)["head"] == _layers(got[1])["head"]
+    assert _layers(last)["pc2"] == _layers(got[3])["pc2"]
+    assert [d[1] for d in _layers(last)["head"]] == [121, 0]
+    assert [d[1] for d in _layers(last)["pc2"]] == [0, 79]
+    check_split(last, 200)
+    assert last["llama_server_args"][-2:] == ["--poll", "0"] and last["fallbacks"] == []
+    assert len(meas.measuring_request(gpu_plans["worker"], request="devices")) == 2
+
+
+def _pair(host, on_device, on_cpu, layers=3):
+    return [
+        {
+            "plan": {
+                "measuring": {"device": {"host": host, "device": "Vulkan0", "layers": layers, "on": on}}
+            },
+            "timings": {"predicted_n": 40, "predicted_ms": ms * 40},
+        }
+        for on, ms in (("device", on_device), ("cpu", on_cpu))
+    ]
+
+
+def test_what_devices_cost_together_beyond_their_pairs_is_spread_over_their_layers() -> None:
+    """demo-gpu's figures (2026-12-05, the machine alone): both lavapipe devices in use 134 ms a
+    token, the head's emptied 99, w1's emptied 94, both emptied 35. The pairs say 35 and 40 ms;
+    together they cost 24 ms more, 4 ms on each of their 6 layers, so that the model gives the
+    placement with both (134) and with none (35) their measured times."""
+    cpu = {"head": {"ms_per_layer": 0.5}, "w1": {"ms_per_layer": 0.4}}
+    emptied = {
+        "plan": {
+            "measuring": {
+                "devices_on_cpu": [
+                    {"host": "head", "device": "Vulkan0", "layers": 3},
+                    {"host": "w1", "device": "Vulkan0", "layers": 3},
+                ]
+            }
+        },
+        "timings": {"predicted_n": 40, "predicted_ms": 35.0 * 40},
+    }
+    requests = _pair("head", 134.0, 99.0) + _pair("w1", 134.0, 94.0) + [emptied]
+    pairs = figs.measured_devices(requests, cpu)
+    assert pairs["head"]["Vulkan0"]["ms_per_layer"] == pytest.approx(0.5 + 35.0 / 3, abs=1e-4)
+    got = figs.devices_together(requests, pairs)
+    assert got["head"]["Vulkan0"]["ms_per_layer"] == pytest.approx(0.5 + 35.0 / 3 + 4.0, abs=1e-4)
+    assert got["w1"]["Vulkan0"]["ms_per_layer"] == pytest.approx(0.4 + 40.0 / 3 + 4.0, abs=1e-4)
+    assert got["w1"]["Vulkan0"]["together_ms"] == pytest.approx(24.0)
+    assert got["w1"]["Vulkan0"]["pair_ms_per_layer"] == pairs["w1"]["Vulkan0"]["ms_per_layer"]
+    # both devices' 6 layers moved to the CPUs: the model's difference is the measured 134 - 35
+    moved = sum(3 * (got[h]["Vulkan0"]["ms_per_layer"] - cpu[h]["ms_per_layer"]) for h in ("head", "w1"))
+    assert moved == pytest.approx(134.0 - 35.0, abs=1e-3)
+    # without the emptied request, or with a device of it unpriced, the pairs' figures stay
+    assert figs.devices_together(requests[:4], pairs) == pairs
+    unpriced = dict(pairs, w1={"Vulkan0": {"reason": "not measured: w1 device Vulkan0: noisy"}})
+    assert figs.devices_together(requests, unpriced) == unpriced
+    # a saving together larger than a device's own price is left out, not priced below zero
+    cheap = [*requests[:4], dict(emptied, timings={"predicted_n": 40, "predicted_ms": 133.0 * 40})]
+    assert figs.devices_together(cheap, pairs) == pairs
+
+
+def test_the_head_token_time_is_what_the_placement_without_devices_left(gpu_plans) -> None:
+    """The NAS head and pc2 (one Vulkan0 that moved its 37 layers): its pair's CPU side uses no
+    device, so it is the request the head's token time comes from: 40 tokens at 80 ms, less the
+    model's terms of that placement (the NAS's 19 layers at 1.0 ms, pc2's 41 at 0.5, the output
+    layer on the head at 6.0 ms and pc2's link) leave the head's own time. The fitted token time
+    is kept as token_ms_fitted; one that would be zero or below is left out."""
+    pairs = meas.measuring_request(gpu_plans["worker"], request="devices")
+    assert "devices_on_cpu" not in pairs[0]["measuring"]
+    assert pairs[1]["measuring"]["devices_on_cpu"] == [{"host": "pc2", "device": "Vulkan0", "layers": 37}]
+    served = Plan.from_dict(pairs[1])
+    head_layers = served.head.layer_count
+    assert served.head.output_layer and head_layers + 41 == 60
+    hosts = {
+        "nas": {"ms_per_layer": 1.0, "output_ms": 6.0, "token_ms": 30.0},
+        "pc2": {"ms_per_layer": 0.5},
+    }
+    links = {"pc2": {"rtt_ms": 1.0, "mbit_s": 1000.0}}
+    timings = {"predicted_n": 40, "predicted_ms": 80.0 * 40}
+    got = figs.head_token_from_none([{"plan": pairs[1], "timings": timings}], hosts, links)
+    est = figs.predict_request(
+        pairs[1], {"nas": {"ms_per_layer": 1.0, "output_ms": 6.0}, "pc2": dict(hosts["pc2"], **links["pc2"])}
+    )
+    assert got == pytest.approx(80.0 - est.chain_ms)
+    # its layers, its output layer, pc2's layers, pc2's round trip (and a little of transfer)
+    assert 80.0 - got == pytest.approx(head_layers * 1.0 + 6.0 + 41 * 0.5 + 1.0, abs=0.1)
+    # the pair's device side uses Vulkan0, and a request without the mark is not read
+    assert figs.head_token_from_none([{"plan": pairs[0], "timings": timings}], hosts, links) is None
+    # a request whose device still holds a layer is not the placement without devices
+    held = copy.deepcopy(pairs[1])
+    held["hosts"][1]["devices"][0]["layers"] = [19, 20]
+    held["hosts"][1]["devices"][1]["layers"] = [20, 60]
+    assert figs.head_token_from_none([{"plan": held, "timings": timings}], hosts, links) is None
+    # a request faster than the model's other terms of it leaves less than nothing (profile_from_run
+    # then writes no token_ms)
+    assert (
+        figs.head_token_from_none(
+            [{"plan": pairs[1], "timings": {"predicted_n": 40, "predicted_ms": 10.0 * 40}}], hosts, links
+        )
+        < 0
+    )
