@@ -398,6 +398,22 @@ def device_pairs(placement: Mapping[str, Any], layers_each: int = MEASURE_LAYERS
     served = _parse(placement)
     workers = [served.row(w) for w in served.workers]
     others = [served.row(h) for h in served.hosts if h.role == "worker" and h not in served.workers]
+
+    def measured(device_layers: Dict[str, List[int]], **marks: Any) -> Dict[str, Any]:
+        """``placement`` with these hosts' devices split so, no fallbacks, ``marks`` in ``measuring``."""
+        got = served.with_split(
+            workers,
+            served.head_layers,
+            served.worker_layers,
+            served.output_on_head,
+            others=others,
+            poll=MEASURE_POLL,
+            device_layers=device_layers,
+        )
+        got["fallbacks"] = []
+        got["measuring"] = dict(got.get("measuring") or {}, **marks)
+        return got
+
     out: List[Dict[str, Any]] = []
     # host -> the splits of its devices with every moved device's layers on its CPU (for the
     # request with every device that held layers emptied at once)
@@ -453,17 +469,7 @@ def device_pairs(placement: Mapping[str, Any], layers_each: int = MEASURE_LAYERS
                     needed[host.name] = needed.get(host.name, 0.0) + k * per
                     fits = fits and needed[host.name] <= room
             for on, split in (("device", on_device), ("cpu", on_cpu)):
-                got = served.with_split(
-                    workers,
-                    served.head_layers,
-                    served.worker_layers,
-                    served.output_on_head,
-                    others=others,
-                    poll=MEASURE_POLL,
-                    device_layers={host.name: split},
-                )
-                got["fallbacks"] = []
-                got["measuring"] = dict(got.get("measuring") or {}, device=dict(about, layers=k, on=on))
+                got = measured({host.name: split}, device=dict(about, layers=k, on=on))
                 out.append(got)
                 if counts[j] and on == "cpu":
                     emptied_side = got
@@ -474,16 +480,5 @@ def device_pairs(placement: Mapping[str, Any], layers_each: int = MEASURE_LAYERS
     if len(moved) > 1 and fits:
         # every such device's layers on its host's CPU at once: what the devices cost together
         # beyond the sum of their pairs (profile_figures.devices_together)
-        got = served.with_split(
-            workers,
-            served.head_layers,
-            served.worker_layers,
-            served.output_on_head,
-            others=others,
-            poll=MEASURE_POLL,
-            device_layers=emptied,
-        )
-        got["fallbacks"] = []
-        got["measuring"] = dict(got.get("measuring") or {}, devices_on_cpu=moved)
-        out.append(got)
+        out.append(measured(emptied, devices_on_cpu=moved))
     return out
