@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.typed_names import typed_outside
+
 ROOT = Path(__file__).resolve().parents[3]
 K3S = ROOT / "roles" / "k3s"
 VERIFY = ROOT / "roles" / "verify"
@@ -118,16 +120,4 @@ def test_no_role_but_k3s_types_its_unit_names() -> None:
     """Roles, playbooks and plugins (comments aside) read k3s_names; molecule/ and docs/ may
     name the units."""
     pattern = re.compile(r"\bk3s(-agent)?\.service\b|['\"]k3s-agent['\"]")
-    paths = [
-        *ROOT.glob("playbooks/**/*.yml"),
-        *(p for p in ROOT.glob("roles/**/*") if p.suffix in (".yml", ".yaml", ".j2", ".py")),
-        *ROOT.glob("plugins/**/*.py"),
-    ]
-    typed = [
-        f"{rel}:{n}"
-        for path in sorted(paths)
-        if not (rel := path.relative_to(ROOT).as_posix()).startswith("roles/k3s/")
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        if pattern.search(line) and not line.lstrip().startswith("#")
-    ]
-    assert typed == []
+    assert typed_outside(pattern, "k3s") == []

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.typed_names import typed_outside
+
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "llama_rpc"
 
@@ -92,19 +94,7 @@ def test_no_unit_name_or_plan_path_is_typed_outside_llama_rpcs_vars() -> None:
         r"llmfleet-(llama|rpc)-server\.service|llmfleet-firewall\.service|/etc/llmfleet/plan\.json"
         r"|plan\.json\.served|/etc/systemd/system/llmfleet|/run/systemd/system/llmfleet"
     )
-    paths = [
-        *ROOT.glob("playbooks/**/*.yml"),
-        *(p for p in ROOT.glob("roles/**/*") if p.suffix in (".yml", ".yaml", ".j2", ".py")),
-        *ROOT.glob("plugins/**/*.py"),
-    ]
-    typed = [
-        f"{rel}:{n}"
-        for path in sorted(paths)
-        if not (rel := path.relative_to(ROOT).as_posix()).startswith("roles/llama_rpc/")
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        if pattern.search(line) and not line.lstrip().startswith("#")
-    ]
-    assert typed == []
+    assert typed_outside(pattern, "llama_rpc") == []
     names = _tasks(ROLE / "tasks" / "names.yml")[0]["ansible.builtin.set_fact"]["llama_rpc_names"]
     assert names["units"] == "{{ _llama_rpc_units }}" and names["plan_file"] == "{{ _llama_rpc_plan_file }}"
 
