@@ -516,6 +516,15 @@ def measured_devices(
     return out
 
 
+def _without_devices(requests: Sequence[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:
+    """The device request that uses no device (``measuring.devices_on_cpu``: measuring.device_pairs
+    makes at most one), or None."""
+    for req in requests or []:
+        if ((req.get("plan") or {}).get("measuring") or {}).get("devices_on_cpu"):
+            return req
+    return None
+
+
 def devices_together(
     requests: Sequence[Mapping[str, Any]], priced: Mapping[str, Mapping[str, Mapping[str, Any]]]
 ) -> Dict[str, Dict[str, Dict[str, Any]]]:
@@ -531,27 +540,26 @@ def devices_together(
     ``together`` is about zero. Unchanged without such a request, when a listed device has no
     figure, or when a figure would not stay above zero."""
     out = {h: {d: dict(f) for d, f in devs.items()} for h, devs in priced.items()}
-    for req in requests or []:
-        listed = ((req.get("plan") or {}).get("measuring") or {}).get("devices_on_cpu")
-        # one device: its pair's CPU side is that request, nothing is left to spread
-        emptied = _ms_per_token(req.get("timings") or {}) if listed and len(listed) > 1 else None
-        if emptied is None:
-            continue
-        figs = [out.get(str(d.get("host")), {}).get(str(d.get("device"))) or {} for d in listed]
-        if not figs or any("ms_per_layer" not in f for f in figs):
-            return out
-        on = sum(float(f["ms_per_token_on_device"]) for f in figs) / len(figs)
-        pairs = sum(float(f["ms_per_token_on_device"]) - float(f["ms_per_token_on_cpu"]) for f in figs)
-        together = on - emptied - pairs
-        per = together / sum(int(f["layers"]) for f in figs)
-        if any(float(f["ms_per_layer"]) + per <= 0 for f in figs):
-            return out
-        for f in figs:
-            f["pair_ms_per_layer"] = f["ms_per_layer"]
-            f["ms_per_layer"] = round(float(f["ms_per_layer"]) + per, 4)
-            f["together_ms"] = round(together, 3)
-            f["ms_per_token_none"] = round(emptied, 3)
+    req = _without_devices(requests) or {}
+    listed = ((req.get("plan") or {}).get("measuring") or {}).get("devices_on_cpu") or []
+    # one device: its pair's CPU side is that request, nothing is left to spread
+    emptied = _ms_per_token(req.get("timings") or {}) if len(listed) > 1 else None
+    if emptied is None:
         return out
+    figs = [out.get(str(d.get("host")), {}).get(str(d.get("device"))) or {} for d in listed]
+    if any("ms_per_layer" not in f for f in figs):
+        return out
+    on = sum(float(f["ms_per_token_on_device"]) for f in figs) / len(figs)
+    pairs = sum(float(f["ms_per_token_on_device"]) - float(f["ms_per_token_on_cpu"]) for f in figs)
+    together = on - emptied - pairs
+    per = together / sum(int(f["layers"]) for f in figs)
+    if any(float(f["ms_per_layer"]) + per <= 0 for f in figs):
+        return out
+    for f in figs:
+        f["pair_ms_per_layer"] = f["ms_per_layer"]
+        f["ms_per_layer"] = round(float(f["ms_per_layer"]) + per, 4)
+        f["together_ms"] = round(together, 3)
+        f["ms_per_token_none"] = round(emptied, 3)
     return out
 
 
@@ -612,26 +620,25 @@ def head_token_from_none(
     terms of it (every host's layers and output layer at their CPU figures, ``hosts``, and the
     links). None when there is no such request, it made too few tokens, a device still holds a
     layer or the output layer in it, a host it uses has no figure, or a CPU quota bound it."""
-    for req in requests or []:
-        plan = req.get("plan") or {}
-        if not (plan.get("measuring") or {}).get("devices_on_cpu"):
-            continue
-        served = _parse(plan)
-        measured = _ms_per_token(req.get("timings") or {})
-        if served is None or measured is None:
-            return None
-        used = [served.head, *served.workers]
-        if any(d.layer_count or d.output_layer for h in used for d in h.gpu_devices):
-            return None
-        if any("ms_per_layer" not in (hosts.get(h.name) or {}) for h in used):
-            return None
-        speed_of = {h.name: _speed_dict(hosts[h.name], links.get(h.name) or {}) for h in used}
-        speed_of[served.head.name].pop("token_ms", None)  # the unknown
-        est = predict_request(plan, speed_of)
-        if est is None or (est.capped is not None and est.capped["cap_ms"] > est.chain_ms):
-            return None
-        return measured - est.chain_ms
-    return None
+    req = _without_devices(requests)
+    if req is None:
+        return None
+    plan = req.get("plan") or {}
+    served = _parse(plan)
+    measured = _ms_per_token(req.get("timings") or {})
+    if served is None or measured is None:
+        return None
+    used = [served.head, *served.workers]
+    if any(d.layer_count or d.output_layer for h in used for d in h.gpu_devices):
+        return None
+    if any("ms_per_layer" not in (hosts.get(h.name) or {}) for h in used):
+        return None
+    speed_of = {h.name: _speed_dict(hosts[h.name], links.get(h.name) or {}) for h in used}
+    speed_of[served.head.name].pop("token_ms", None)  # the unknown
+    est = predict_request(plan, speed_of)
+    if est is None or (est.capped is not None and est.capped["cap_ms"] > est.chain_ms):
+        return None
+    return measured - est.chain_ms
 
 
 def head_token_shift(
